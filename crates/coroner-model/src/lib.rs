@@ -1,0 +1,28 @@
+//! The bottom of coroner's dependency graph: the vocabulary every other crate speaks.
+//!
+//! Typed ids ([`JobId`], [`Rank`], [`HostId`], [`SeqNo`]), captured [`LogLine`]s, the typed
+//! [`Event`]s the parsers produce, how a process ended ([`ProcessEnd`]), NTP-style
+//! [`ClockSample`]s, and the [`Report`] the analysis writes. Nothing here does IO.
+
+mod class;
+mod clock;
+mod event;
+mod ids;
+mod line;
+mod process;
+mod report;
+mod time;
+
+pub use class::{FaultClass, Role, Verdict};
+pub use clock::ClockSample;
+pub use event::{
+    CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef,
+};
+pub use ids::{HostId, JobId, PgId, Rank, SeqNo};
+pub use line::{LogLine, Stream};
+pub use process::{ProcessEnd, ProcessEndCause};
+pub use report::{
+    CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, RankSummary, Report,
+    SnapshotSummary, REPORT_FORMAT_VERSION,
+};
+pub use time::{format_rfc3339_ns, Nanos};
