@@ -1,1 +1,32 @@
-//! placeholder
+//! The heart of coroner: from a job's evidence to its report. Pure: no IO, no clocks of its own,
+//! the same evidence always gives the same report.
+//!
+//! The steps: align the ranks' clocks ([`clock`]), classify every event by the rules ([`rules`]),
+//! read collective progress ([`progress`]), find each rank's first-hand failure, decide the first
+//! failing rank (or the stuck one, or the deviating one), and write the [`Report`].
+
+mod classified;
+pub mod clock;
+mod diagnose;
+pub mod evidence;
+mod findings;
+mod hang;
+mod mismatch;
+pub mod progress;
+mod report;
+pub mod rules;
+pub mod text;
+
+pub use evidence::{JobEvidence, RankEvidence};
+pub use rules::{RuleSet, RulesError};
+
+use coroner_model::Report;
+
+/// Analyses a job. The same evidence and rules always give the same report.
+pub fn analyze(evidence: &JobEvidence, rules: &RuleSet) -> Report {
+    let clock = clock::align(evidence);
+    let job = classified::classify(evidence, rules, &clock);
+    let progress = progress::collect(evidence);
+    let diagnosis = diagnose::diagnose(evidence, &job, rules, &clock, &progress);
+    report::build(evidence, &job, &clock, &progress, &diagnosis)
+}

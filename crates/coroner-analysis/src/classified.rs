@@ -1,0 +1,77 @@
+//! Every event with what the rules say about it, and the aligned time it happened.
+
+use crate::clock::ClockModel;
+use crate::evidence::JobEvidence;
+use crate::rules::{Rule, RuleSet};
+use coroner_model::{Event, EventKind, FaultClass, Nanos, Rank, Role};
+use std::collections::BTreeMap;
+
+/// One event, classified and placed on the aligned clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Classified<'a> {
+    pub event: &'a Event,
+    pub rule: Option<&'a Rule>,
+    pub role: Role,
+    pub aligned_ns: Nanos,
+}
+
+impl Classified<'_> {
+    pub fn class(&self) -> Option<FaultClass> {
+        self.rule.and_then(|r| r.class)
+    }
+    pub fn confidence(&self) -> f64 {
+        self.rule.map(|r| r.confidence).unwrap_or(0.0)
+    }
+    /// A symptom that means "I waited for a peer and gave up" (the peer was alive but silent, or slow).
+    pub fn is_wait_timeout(&self) -> bool {
+        match &self.event.kind {
+            EventKind::WatchdogTimeout { .. } | EventKind::TransportTimeout { .. } => true,
+            EventKind::Exception { .. } | EventKind::ErrorLine { .. } => {
+                self.rule.is_some_and(|r| r.id.contains("timeout"))
+            }
+            _ => false,
+        }
+    }
+    /// A symptom that means "a peer went away" (it died).
+    pub fn is_disconnect(&self) -> bool {
+        matches!(
+            self.event.kind,
+            EventKind::ConnectionClosed { .. } | EventKind::StoreError { .. }
+        ) || self.rule.is_some_and(|r| r.id == "peer-connection-closed" || r.id == "store-lost")
+    }
+}
+
+/// All events of a job, per rank, classified.
+pub struct ClassifiedJob<'a> {
+    pub ranks: BTreeMap<Rank, Vec<Classified<'a>>>,
+    pub unowned: Vec<Classified<'a>>,
+}
+
+pub fn classify<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &ClockModel) -> ClassifiedJob<'a> {
+    let one = |rank: Option<Rank>, e: &'a Event| {
+        let v = rules.classify(e);
+        Classified { event: e, rule: v.rule, role: v.role, aligned_ns: clock.aligned(rank, e.capture_ns) }
+    };
+    ClassifiedJob {
+        ranks: evidence
+            .ranks
+            .iter()
+            .map(|(r, ev)| (*r, ev.events.iter().map(|e| one(Some(*r), e)).collect()))
+            .collect(),
+        unowned: evidence.unowned.iter().map(|e| one(None, e)).collect(),
+    }
+}
+
+impl<'a> ClassifiedJob<'a> {
+    pub fn events(&self, rank: Rank) -> &[Classified<'a>] {
+        self.ranks.get(&rank).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    pub fn with_role(&self, rank: Rank, role: Role) -> impl Iterator<Item = &Classified<'a>> {
+        self.events(rank).iter().filter(move |c| c.role == role)
+    }
+
+    pub fn first_symptom(&self, rank: Rank) -> Option<&Classified<'a>> {
+        self.with_role(rank, Role::Symptom).min_by_key(|c| c.aligned_ns)
+    }
+}

@@ -1,0 +1,204 @@
+//! Clock alignment: each rank's offset to the job's aligned clock, with an uncertainty.
+//!
+//! Two sources, best first:
+//! 1. NTP-style samples from the rank's agent: keep the low round-trip exchanges, fit offset and
+//!    drift; the error is at most half the round trip.
+//! 2. Synchronous training prints the same step line on every rank within milliseconds: the median
+//!    difference of step-line times against a reference rank is that rank's offset.
+//!
+//! Ranks with neither keep offset 0 and an unknown uncertainty; the culprit logic then decides by
+//! causality, not by time. Offsets are never stored: they are recomputed from the evidence.
+
+use crate::evidence::JobEvidence;
+use coroner_model::{ClockEstimate, ClockSample, EventKind, Nanos, Rank};
+use std::collections::BTreeMap;
+
+/// An uncertainty that means "nothing is known about this rank's clock".
+pub const UNKNOWN_UNCERTAINTY_NS: i64 = i64::MAX / 4;
+
+/// How far apart ranks print the same step line, at worst, in a synchronous job.
+const STEP_SKEW_FLOOR_NS: i64 = 5_000_000;
+
+/// Per-rank clock estimates for one job.
+#[derive(Debug, Clone, Default)]
+pub struct ClockModel {
+    estimates: BTreeMap<Rank, ClockEstimate>,
+}
+
+impl ClockModel {
+    pub fn estimate(&self, rank: Rank) -> ClockEstimate {
+        self.estimates.get(&rank).cloned().unwrap_or(ClockEstimate {
+            offset_ns: 0,
+            uncertainty_ns: UNKNOWN_UNCERTAINTY_NS,
+            source: "none".to_string(),
+        })
+    }
+
+    /// A host time of `rank` on the aligned clock.
+    pub fn aligned(&self, rank: Option<Rank>, host_ns: Nanos) -> Nanos {
+        match rank.and_then(|r| self.estimates.get(&r)) {
+            Some(e) => host_ns.saturating_add(e.offset_ns),
+            None => host_ns,
+        }
+    }
+
+    pub fn uncertainty(&self, rank: Option<Rank>) -> i64 {
+        rank.map(|r| self.estimate(r).uncertainty_ns).unwrap_or(UNKNOWN_UNCERTAINTY_NS)
+    }
+
+    /// Whether `a` on rank `ra` is known to come before `b` on rank `rb` from time alone.
+    pub fn surely_before(&self, ra: Option<Rank>, a: Nanos, rb: Option<Rank>, b: Nanos) -> bool {
+        let (ua, ub) = if ra == rb { (0, 0) } else { (self.uncertainty(ra), self.uncertainty(rb)) };
+        let margin = ua.saturating_add(ub);
+        self.aligned(ra, a).saturating_add(margin) < self.aligned(rb, b)
+    }
+}
+
+/// Estimates every rank's clock from the evidence.
+pub fn align(evidence: &JobEvidence) -> ClockModel {
+    let mut estimates = BTreeMap::new();
+    let mut by_rank: BTreeMap<Rank, Vec<ClockSample>> = BTreeMap::new();
+    for s in &evidence.clock_samples {
+        by_rank.entry(s.rank).or_default().push(*s);
+    }
+    for (rank, samples) in &by_rank {
+        if let Some(e) = from_samples(samples) {
+            estimates.insert(*rank, e);
+        }
+    }
+    for (rank, e) in from_steps(evidence, &estimates) {
+        let better = estimates.get(&rank).is_none_or(|old| e.uncertainty_ns < old.uncertainty_ns);
+        if better {
+            estimates.insert(rank, e);
+        }
+    }
+    ClockModel { estimates }
+}
+
+/// Offset from NTP-style samples: the median offset of the exchanges whose round trip is within
+/// 50% (plus 1 ms) of the best one.
+pub fn from_samples(samples: &[ClockSample]) -> Option<ClockEstimate> {
+    let min_rtt = samples.iter().map(ClockSample::round_trip_ns).min()?;
+    let limit = min_rtt + min_rtt / 2 + 1_000_000;
+    let mut good: Vec<&ClockSample> = samples.iter().filter(|s| s.round_trip_ns() <= limit).collect();
+    good.sort_by_key(|s| s.offset_ns());
+    let mid = good[good.len() / 2];
+    let spread = good.iter().map(|s| (s.offset_ns() - mid.offset_ns()).abs()).max().unwrap_or(0);
+    Some(ClockEstimate {
+        offset_ns: mid.offset_ns(),
+        uncertainty_ns: mid.round_trip_ns() / 2 + spread,
+        source: "ntp".to_string(),
+    })
+}
+
+/// Offsets from step lines printed by every rank: each rank against the reference rank (the one
+/// with the best NTP estimate, else the lowest rank with steps).
+fn from_steps(
+    evidence: &JobEvidence,
+    known: &BTreeMap<Rank, ClockEstimate>,
+) -> BTreeMap<Rank, ClockEstimate> {
+    let steps: BTreeMap<Rank, BTreeMap<u64, Nanos>> = evidence
+        .ranks
+        .iter()
+        .map(|(rank, ev)| {
+            let mut first: BTreeMap<u64, Nanos> = BTreeMap::new();
+            for e in &ev.events {
+                if let EventKind::Step { step } = e.kind {
+                    first.entry(step).or_insert(e.capture_ns);
+                }
+            }
+            (*rank, first)
+        })
+        .filter(|(_, s)| !s.is_empty())
+        .collect();
+    let reference = steps
+        .keys()
+        .filter_map(|r| known.get(r).map(|e| (e.uncertainty_ns, *r)))
+        .min()
+        .map(|(_, r)| r)
+        .or_else(|| steps.keys().next().copied());
+    let Some(reference) = reference else { return BTreeMap::new() };
+    let ref_steps = &steps[&reference];
+    let ref_est = known.get(&reference).cloned().unwrap_or(ClockEstimate {
+        offset_ns: 0,
+        uncertainty_ns: 0,
+        source: "steps".to_string(),
+    });
+    let mut out = BTreeMap::new();
+    for (rank, rank_steps) in &steps {
+        let mut diffs: Vec<i64> = rank_steps
+            .iter()
+            .filter_map(|(step, t)| ref_steps.get(step).map(|rt| rt - t))
+            .collect();
+        if diffs.is_empty() {
+            continue;
+        }
+        diffs.sort_unstable();
+        let median = diffs[diffs.len() / 2];
+        let spread = diffs.iter().map(|d| (d - median).abs()).max().unwrap_or(0);
+        // One shared step says little about the spread: widen the bound.
+        let floor = if diffs.len() >= 3 { STEP_SKEW_FLOOR_NS } else { 10 * STEP_SKEW_FLOOR_NS };
+        let uncertainty = if *rank == reference { ref_est.uncertainty_ns } else {
+            ref_est.uncertainty_ns.saturating_add(spread.max(floor))
+        };
+        out.insert(
+            *rank,
+            ClockEstimate {
+                offset_ns: median + ref_est.offset_ns,
+                uncertainty_ns: uncertainty,
+                source: if *rank == reference { ref_est.source.clone() } else { "steps".to_string() },
+            },
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::RankEvidence;
+    use coroner_model::{Event, LineRef, Stream};
+
+    fn step(rank: u32, step: u64, at: Nanos) -> Event {
+        Event {
+            rank: Some(Rank(rank)),
+            line: LineRef { stream: Stream::Stdout, seq: step },
+            capture_ns: at,
+            printed_ns: None,
+            kind: EventKind::Step { step },
+            text: format!("step {step}"),
+        }
+    }
+
+    #[test]
+    fn step_lines_recover_a_skewed_rank() {
+        let mut ev = JobEvidence::default();
+        let skew = 17_300_000_000; // rank 1 runs 17.3 s ahead
+        for s in 0..6u64 {
+            let t = 1_000_000_000_000 + s as i64 * 1_000_000_000;
+            ev.rank_mut(Rank(0)).events.push(step(0, s, t));
+            ev.rank_mut(Rank(1)).events.push(step(1, s, t + skew + (s as i64 % 2) * 1_000_000));
+        }
+        let model = align(&ev);
+        let e = model.estimate(Rank(1));
+        assert!((e.offset_ns + skew).abs() <= 1_000_000, "{e:?}");
+        assert!(e.uncertainty_ns >= 1_000_000 && e.uncertainty_ns < 50_000_000, "{e:?}");
+        assert_eq!(model.estimate(Rank(0)).offset_ns, 0);
+    }
+
+    #[test]
+    fn low_round_trip_samples_win() {
+        let sample = |offset: i64, rtt: i64| ClockSample {
+            rank: Rank(0),
+            t1_agent_send: 0,
+            t2_server_recv: offset + rtt / 2,
+            t3_server_send: offset + rtt / 2,
+            t4_agent_recv: rtt,
+        };
+        let e = from_samples(&[sample(5_000, 200_000), sample(9_000_000, 80_000_000), sample(4_000, 220_000)])
+            .unwrap();
+        assert!((e.offset_ns - 5_000).abs() <= 1_000, "{e:?}");
+        assert!(e.uncertainty_ns < 1_000_000);
+        let _ = RankEvidence::default();
+    }
+}

@@ -1,0 +1,184 @@
+//! The decision: the verdict, and which rank failed first and how.
+
+use crate::classified::ClassifiedJob;
+use crate::clock::ClockModel;
+use crate::evidence::JobEvidence;
+use crate::findings::{root_findings, Finding};
+use crate::progress::Progress;
+use crate::rules::RuleSet;
+use crate::{hang, mismatch};
+use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
+
+/// Roots below this confidence count only when no stronger root exists anywhere in the job.
+const STRONG: f64 = 0.5;
+
+#[derive(Debug, Clone)]
+pub struct Diagnosis<'a> {
+    pub verdict: Verdict,
+    pub first: Option<FirstFinding<'a>>,
+    /// Other ranks' own root findings (a second, independent failure).
+    pub other_roots: Vec<Finding<'a>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FirstFinding<'a> {
+    pub rank: Option<Rank>,
+    pub candidates: Vec<Rank>,
+    pub class: FaultClass,
+    pub confidence: f64,
+    pub aligned_ns: Option<Nanos>,
+    pub summary: String,
+    pub rule_id: Option<String>,
+    pub advice: Option<String>,
+    pub events: Vec<&'a Event>,
+    /// What the report should say about how the order was decided.
+    pub ordering_note: Option<String>,
+}
+
+pub fn diagnose<'a>(
+    evidence: &'a JobEvidence,
+    job: &ClassifiedJob<'a>,
+    rules: &'a RuleSet,
+    clock: &ClockModel,
+    progress: &Progress,
+) -> Diagnosis<'a> {
+    let mut findings = root_findings(evidence, job, rules, clock);
+    findings.sort_by_key(|f| (f.aligned_ns, f.rank));
+
+    if let Some(m) = mismatch::find(job) {
+        let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
+        let summary = match m.rank {
+            Some(r) => format!("rank {r} issued a collective the other ranks did not: {}", m.reason),
+            None => format!("ranks {} issued mismatched collectives; {}", hang::join(&m.candidates), m.reason),
+        };
+        let aligned = m.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+        let others = findings.into_iter().filter(|f| f.class != FaultClass::CollectiveMismatch).collect();
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: m.rank,
+                candidates: m.candidates,
+                class: FaultClass::CollectiveMismatch,
+                confidence: m.confidence,
+                aligned_ns: aligned,
+                summary,
+                rule_id: Some("collective-mismatch".to_string()),
+                advice,
+                events: m.events,
+                ordering_note: None,
+            }),
+            other_roots: others,
+        };
+    }
+
+    let strong: Vec<&Finding> = findings.iter().filter(|f| f.confidence >= STRONG).collect();
+    let pool: Vec<&Finding> = if strong.is_empty() { findings.iter().collect() } else { strong };
+    if let Some(first) = pool.first() {
+        let mut confidence = first.confidence;
+        let mut note = None;
+        let mut chosen = *first;
+        if let Some(second) = pool.get(1) {
+            if !clock.surely_before(Some(first.rank), first.aligned_ns, Some(second.rank), second.aligned_ns) {
+                // Too close to order by time: prefer the one that is not itself downstream of a
+                // symptom, then the more specific rule.
+                let first_had_symptom = symptom_before(job, first.rank, first.aligned_ns);
+                let second_had_symptom = symptom_before(job, second.rank, second.aligned_ns);
+                if first_had_symptom && !second_had_symptom {
+                    chosen = *second;
+                }
+                confidence *= 0.7;
+                note = Some(format!(
+                    "ranks {} and {} failed within the clocks' uncertainty; the order is not known from time alone",
+                    first.rank, second.rank
+                ));
+            }
+        }
+        let others = findings.iter().filter(|f| f.rank != chosen.rank).cloned().collect();
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(first_from(chosen, confidence, note)),
+            other_roots: others,
+        };
+    }
+
+    if let Some(h) = hang::find(evidence, job, progress) {
+        let advice = rules.get("hang").and_then(|r| r.advice.clone()).or_else(|| Some(HANG_ADVICE.to_string()));
+        let aligned = h.rank.and_then(|r| {
+            evidence.ranks.get(&r).and_then(|ev| ev.last_capture_ns).map(|t| clock.aligned(Some(r), t))
+        });
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: h.rank,
+                candidates: h.candidates,
+                class: FaultClass::Hang,
+                confidence: h.confidence,
+                aligned_ns: aligned,
+                summary: h.summary,
+                rule_id: Some("hang".to_string()),
+                advice,
+                events: h.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
+
+    Diagnosis { verdict: verdict_without_failure(evidence), first: None, other_roots: Vec::new() }
+}
+
+const HANG_ADVICE: &str = "Look at the stuck rank's stack dump (snapshots, or py-spy dump --pid) to see where it waits: data loading, a rank-dependent branch that skips a collective, a deadlock, or a GPU that stopped. Drain its node if its GPU or NIC shows errors.";
+
+fn symptom_before(job: &ClassifiedJob<'_>, rank: Rank, at: Nanos) -> bool {
+    job.first_symptom(rank).is_some_and(|s| s.aligned_ns < at)
+}
+
+fn first_from<'a>(f: &Finding<'a>, confidence: f64, ordering_note: Option<String>) -> FirstFinding<'a> {
+    let what = f.rule.and_then(|r| r.summary.clone()).unwrap_or_else(|| f.class.to_string());
+    let detail = match (f.events.first(), &f.from_end) {
+        (Some(e), _) => first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone()),
+        (None, Some(end)) => format!("the process {end}"),
+        (None, None) => String::new(),
+    };
+    FirstFinding {
+        rank: Some(f.rank),
+        candidates: vec![f.rank],
+        class: f.class,
+        confidence,
+        aligned_ns: Some(f.aligned_ns),
+        summary: if detail.is_empty() { format!("rank {} {what}", f.rank) } else { format!("rank {}: {what} - {detail}", f.rank) },
+        rule_id: f.rule.map(|r| r.id.clone()),
+        advice: f.rule.and_then(|r| r.advice.clone()),
+        events: f.events.clone(),
+        ordering_note,
+    }
+}
+
+fn first_line(s: &str) -> Option<String> {
+    let line = s.lines().next()?.trim();
+    if line.is_empty() {
+        return None;
+    }
+    const MAX: usize = 240;
+    Some(if line.len() > MAX {
+        let cut = (0..=MAX).rev().find(|i| line.is_char_boundary(*i)).unwrap_or(0);
+        format!("{}...", &line[..cut])
+    } else {
+        line.to_string()
+    })
+}
+
+/// No failure found: success if every rank is known to have exited 0.
+fn verdict_without_failure(evidence: &JobEvidence) -> Verdict {
+    let ranks = evidence.all_ranks();
+    let all_ok = !ranks.is_empty() && ranks.iter().all(|r| evidence.end_of(*r).is_some_and(|e| e.succeeded()));
+    if all_ok {
+        Verdict::Succeeded
+    } else if evidence.ends.iter().any(|e| !e.succeeded()) {
+        Verdict::Failed
+    } else if evidence.finished {
+        Verdict::Unknown
+    } else {
+        Verdict::Running
+    }
+}

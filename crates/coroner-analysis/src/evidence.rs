@@ -1,0 +1,54 @@
+//! What the analysis reads: a job's typed events, process ends, clock samples and snapshot facts.
+//! Built by the pipeline (offline from files, online from agents); the analysis never sees lines.
+
+use coroner_model::{ClockSample, Event, Nanos, ProcessEnd, Rank, SnapshotSummary};
+use std::collections::BTreeMap;
+
+/// Everything known about one job at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct JobEvidence {
+    pub job_id: String,
+    pub world_size: Option<u32>,
+    /// Per global rank.
+    pub ranks: BTreeMap<Rank, RankEvidence>,
+    /// Events from lines no rank owns (a launcher's own output, a kernel log).
+    pub unowned: Vec<Event>,
+    pub ends: Vec<ProcessEnd>,
+    pub clock_samples: Vec<ClockSample>,
+    pub snapshots: Vec<SnapshotSummary>,
+    /// True when no more evidence is expected (an offline bundle, or every agent reported its end).
+    pub finished: bool,
+    /// Problems the pipeline met in its input, passed through to the report's notes.
+    pub notes: Vec<String>,
+}
+
+/// One rank's share of the evidence.
+#[derive(Debug, Clone, Default)]
+pub struct RankEvidence {
+    pub host: Option<String>,
+    /// In capture order.
+    pub events: Vec<Event>,
+    pub lines: u64,
+    pub first_capture_ns: Option<Nanos>,
+    pub last_capture_ns: Option<Nanos>,
+}
+
+impl JobEvidence {
+    pub fn rank_mut(&mut self, rank: Rank) -> &mut RankEvidence {
+        self.ranks.entry(rank).or_default()
+    }
+
+    /// Every rank the evidence mentions: those with lines, those with ends, and all below the world size.
+    pub fn all_ranks(&self) -> Vec<Rank> {
+        let mut set: std::collections::BTreeSet<Rank> = self.ranks.keys().copied().collect();
+        set.extend(self.ends.iter().map(|e| e.rank));
+        if let Some(n) = self.world_size {
+            set.extend((0..n).map(Rank));
+        }
+        set.into_iter().collect()
+    }
+
+    pub fn end_of(&self, rank: Rank) -> Option<&ProcessEnd> {
+        self.ends.iter().find(|e| e.rank == rank)
+    }
+}

@@ -1,0 +1,134 @@
+//! Per-rank root findings: for each rank, the first thing that went wrong there first-hand.
+
+use crate::classified::{Classified, ClassifiedJob};
+use crate::clock::ClockModel;
+use crate::evidence::JobEvidence;
+use crate::rules::{Rule, RuleSet};
+use coroner_model::{Event, EventKind, FaultClass, Nanos, Rank, Role};
+
+/// Root events closer than this to a rank's first root are read as one failure; the most specific
+/// (highest confidence) of them names the class. A CUDA kernel assert and the `device-side assert`
+/// exception that reports it a moment later are one failure.
+const SAME_FAILURE_WINDOW_NS: i64 = 10_000_000_000;
+
+/// One rank's first-hand failure.
+#[derive(Debug, Clone)]
+pub struct Finding<'a> {
+    pub rank: Rank,
+    pub class: FaultClass,
+    pub rule: Option<&'a Rule>,
+    pub confidence: f64,
+    /// When it happened, aligned.
+    pub aligned_ns: Nanos,
+    /// The events that show it, most telling first; empty when only the process end tells.
+    pub events: Vec<&'a Event>,
+    /// Set when only the process's end shows the failure.
+    pub from_end: Option<String>,
+}
+
+/// The root findings of every rank, and the SIGKILLed ranks that were alive-but-silent (hangs).
+pub fn root_findings<'a>(
+    evidence: &'a JobEvidence,
+    job: &ClassifiedJob<'a>,
+    rules: &'a RuleSet,
+    clock: &ClockModel,
+) -> Vec<Finding<'a>> {
+    let mut out = Vec::new();
+    for rank in evidence.all_ranks() {
+        if let Some(f) = from_events(rank, job) {
+            out.push(f);
+        } else if let Some(f) = from_end(rank, evidence, job, rules, clock) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+fn from_events<'a>(rank: Rank, job: &ClassifiedJob<'a>) -> Option<Finding<'a>> {
+    let roots: Vec<&Classified<'a>> = job.with_role(rank, Role::Root).collect();
+    let first = roots.iter().min_by_key(|c| c.aligned_ns)?;
+    let best = roots
+        .iter()
+        .filter(|c| c.aligned_ns - first.aligned_ns <= SAME_FAILURE_WINDOW_NS)
+        .max_by(|a, b| {
+            a.confidence()
+                .partial_cmp(&b.confidence())
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(b.aligned_ns.cmp(&a.aligned_ns))
+        })?;
+    let mut events = vec![best.event];
+    if !std::ptr::eq(best.event, first.event) {
+        events.push(first.event);
+    }
+    Some(Finding {
+        rank,
+        class: best.class()?,
+        rule: best.rule,
+        confidence: best.confidence(),
+        aligned_ns: first.aligned_ns,
+        events,
+        from_end: None,
+    })
+}
+
+fn from_end<'a>(
+    rank: Rank,
+    evidence: &'a JobEvidence,
+    job: &ClassifiedJob<'a>,
+    rules: &'a RuleSet,
+    clock: &ClockModel,
+) -> Option<Finding<'a>> {
+    let end = evidence.end_of(rank)?;
+    let verdict = rules.classify_end(end);
+    if verdict.role != Role::Root {
+        return None;
+    }
+    let class = verdict.class()?;
+    let had_symptoms = job.with_role(rank, Role::Symptom).next().is_some();
+    // An error exit after a timeout is the timeout's consequence, not a cause.
+    if class == FaultClass::PythonException && had_symptoms {
+        return None;
+    }
+    if class == FaultClass::Killed && alive_when_peers_gave_up(rank, evidence, job, clock) {
+        return None;
+    }
+    let rank_ev = evidence.ranks.get(&rank);
+    let host_ns = end.at_ns.or(rank_ev.and_then(|r| r.last_capture_ns)).unwrap_or(0);
+    Some(Finding {
+        rank,
+        class,
+        rule: verdict.rule,
+        confidence: verdict.confidence(),
+        aligned_ns: clock.aligned(Some(rank), host_ns),
+        events: Vec::new(),
+        from_end: Some(end.cause().describe()),
+    })
+}
+
+/// A rank killed from outside after its peers had already timed out waiting for it was hung, not
+/// killed: it was alive (it printed, or dumped its stack) when they gave up, and the kill was the
+/// clean-up. Without any sign of life after the peers' timeouts, the kill stands.
+pub fn alive_when_peers_gave_up(
+    rank: Rank,
+    evidence: &JobEvidence,
+    job: &ClassifiedJob<'_>,
+    clock: &ClockModel,
+) -> bool {
+    if job.events(rank).iter().any(|c| matches!(c.event.kind, EventKind::StackDump { .. })) {
+        return true;
+    }
+    let first_peer_timeout = job
+        .ranks
+        .iter()
+        .filter(|(r, _)| **r != rank)
+        .flat_map(|(r, evs)| evs.iter().map(move |c| (*r, c)))
+        .filter(|(_, c)| c.is_wait_timeout())
+        .min_by_key(|(_, c)| c.aligned_ns);
+    let Some((peer, timeout)) = first_peer_timeout else { return false };
+    let last_sign_of_life = evidence.ranks.get(&rank).and_then(|r| r.last_capture_ns);
+    match (evidence.end_of(rank).and_then(|e| e.at_ns), last_sign_of_life) {
+        (Some(death), _) => !clock.surely_before(Some(rank), death, Some(peer), timeout.event.capture_ns),
+        (None, Some(last)) => clock.surely_before(Some(peer), timeout.event.capture_ns, Some(rank), last),
+        (None, None) => false,
+    }
+}

@@ -1,0 +1,192 @@
+//! Writes the [`Report`]: the diagnosis, the cascade, the collective table and the per-rank facts.
+
+use crate::classified::ClassifiedJob;
+use crate::clock::{ClockModel, UNKNOWN_UNCERTAINTY_NS};
+use crate::diagnose::{Diagnosis, FirstFinding};
+use crate::evidence::JobEvidence;
+use crate::progress::Progress;
+use coroner_model::{
+    format_rfc3339_ns, CascadeLink, ClockEstimate, Event, EventKind, EvidenceLine, FaultClass,
+    FirstFailure, Rank, RankSummary, Report, Role, Verdict, REPORT_FORMAT_VERSION,
+};
+
+/// At most this many cascade links are spelled out; the rest are counted.
+const MAX_CASCADE: usize = 64;
+
+pub fn build(
+    evidence: &JobEvidence,
+    job: &ClassifiedJob<'_>,
+    clock: &ClockModel,
+    progress: &Progress,
+    diagnosis: &Diagnosis<'_>,
+) -> Report {
+    let mut notes = evidence.notes.clone();
+    let first_failure = match (&diagnosis.first, diagnosis.verdict) {
+        (Some(f), _) => Some(first_failure(evidence, job, clock, f)),
+        (None, Verdict::Failed) => Some(unexplained_failure(evidence)),
+        _ => None,
+    };
+    if let Some(note) = diagnosis.first.as_ref().and_then(|f| f.ordering_note.clone()) {
+        notes.push(note);
+    }
+    for other in &diagnosis.other_roots {
+        notes.push(format!(
+            "rank {} also failed on its own ({}) at {}",
+            other.rank,
+            other.class,
+            format_rfc3339_ns(other.aligned_ns)
+        ));
+    }
+    let culprit = diagnosis.first.as_ref().and_then(|f| f.rank);
+    let mut cascade = cascade(evidence, job, clock, culprit);
+    if cascade.len() > MAX_CASCADE {
+        notes.push(format!("{} more ranks in the cascade are not listed", cascade.len() - MAX_CASCADE));
+        cascade.truncate(MAX_CASCADE);
+    }
+    let mut advice = Vec::new();
+    if let Some(a) = diagnosis.first.as_ref().and_then(|f| f.advice.clone()) {
+        advice.push(a);
+    }
+    if let (Some(rank), Some(host)) = (culprit, culprit.and_then(|r| host_of(evidence, r))) {
+        if diagnosis.first.as_ref().is_some_and(|f| f.class.is_hardware() || f.class == FaultClass::NcclError) {
+            advice.push(format!("Drain host {host} (rank {rank}) before restarting the job."));
+        }
+    }
+    Report {
+        format_version: REPORT_FORMAT_VERSION,
+        job_id: evidence.job_id.clone(),
+        verdict: diagnosis.verdict,
+        first_failure,
+        cascade,
+        collectives: progress.rows(),
+        ranks: rank_summaries(evidence, job, clock, culprit),
+        advice,
+        snapshots: evidence.snapshots.clone(),
+        notes,
+    }
+}
+
+fn first_failure(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockModel, f: &FirstFinding<'_>) -> FirstFailure {
+    let mut lines: Vec<EvidenceLine> = f.events.iter().map(|e| evidence_line(clock, e)).collect();
+    // Then how the others learned of it: each other rank's first symptom, a few of them.
+    for (rank, _) in job.ranks.iter().filter(|(r, _)| Some(**r) != f.rank).take(4) {
+        if let Some(s) = job.first_symptom(*rank) {
+            lines.push(evidence_line(clock, s.event));
+        }
+    }
+    FirstFailure {
+        rank: f.rank,
+        class: f.class,
+        time: f.aligned_ns.map(format_rfc3339_ns),
+        host: f.rank.and_then(|r| host_of(evidence, r)),
+        confidence: (f.confidence * 100.0).round() / 100.0,
+        summary: f.summary.clone(),
+        rule: f.rule_id.clone(),
+        evidence: lines,
+        candidates: if f.rank.is_some() { Vec::new() } else { f.candidates.clone() },
+    }
+}
+
+fn unexplained_failure(evidence: &JobEvidence) -> FirstFailure {
+    let failed: Vec<Rank> = evidence.ends.iter().filter(|e| !e.succeeded()).map(|e| e.rank).collect();
+    FirstFailure {
+        rank: None,
+        class: FaultClass::PythonException,
+        time: None,
+        host: None,
+        confidence: 0.1,
+        summary: format!(
+            "ranks {} failed, but no line says why and the order is unknown",
+            crate::hang::join(&failed)
+        ),
+        rule: None,
+        evidence: Vec::new(),
+        candidates: failed,
+    }
+}
+
+fn evidence_line(clock: &ClockModel, e: &Event) -> EvidenceLine {
+    EvidenceLine {
+        rank: e.rank,
+        time: format_rfc3339_ns(clock.aligned(e.rank, e.capture_ns)),
+        stream: e.line.stream.as_str().to_string(),
+        line: e.text.clone(),
+    }
+}
+
+fn host_of(evidence: &JobEvidence, rank: Rank) -> Option<String> {
+    let ev = evidence.ranks.get(&rank)?;
+    ev.host.clone().or_else(|| {
+        ev.events.iter().find_map(|e| match &e.kind {
+            EventKind::NcclInit { host, .. } => Some(host.clone()),
+            _ => None,
+        })
+    })
+}
+
+fn cascade(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockModel, culprit: Option<Rank>) -> Vec<CascadeLink> {
+    let Some(culprit) = culprit else { return Vec::new() };
+    let mut links: Vec<(i64, CascadeLink)> = evidence
+        .all_ranks()
+        .into_iter()
+        .filter(|r| *r != culprit)
+        .filter_map(|r| {
+            let s = job.first_symptom(r)?;
+            let how = s
+                .rule
+                .and_then(|rule| rule.summary.clone())
+                .unwrap_or_else(|| s.event.kind.name().replace('_', " "));
+            Some((
+                s.aligned_ns,
+                CascadeLink {
+                    rank: r,
+                    caused_by: Some(culprit),
+                    how: format!("{how}: {}", s.event.text.chars().take(200).collect::<String>()),
+                    time: Some(format_rfc3339_ns(clock.aligned(Some(r), s.event.capture_ns))),
+                },
+            ))
+        })
+        .collect();
+    links.sort_by_key(|(t, l)| (*t, l.rank));
+    links.into_iter().map(|(_, l)| l).collect()
+}
+
+fn rank_summaries(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockModel, culprit: Option<Rank>) -> Vec<RankSummary> {
+    evidence
+        .all_ranks()
+        .into_iter()
+        .map(|rank| {
+            let ev = evidence.ranks.get(&rank);
+            let last_step = ev.and_then(|ev| {
+                ev.events.iter().filter_map(|e| match e.kind {
+                    EventKind::Step { step } => Some(step),
+                    _ => None,
+                }).max()
+            });
+            let role = if Some(rank) == culprit {
+                "culprit"
+            } else if job.with_role(rank, Role::Root).next().is_some() {
+                "failed"
+            } else if job.with_role(rank, Role::Symptom).next().is_some() {
+                "victim"
+            } else if evidence.end_of(rank).is_some_and(|e| e.succeeded()) {
+                "ok"
+            } else {
+                "unknown"
+            };
+            let est = clock.estimate(rank);
+            RankSummary {
+                rank,
+                host: host_of(evidence, rank),
+                ended: evidence.end_of(rank).map(|e| e.cause().describe()),
+                last_step,
+                lines: ev.map(|e| e.lines).unwrap_or(0),
+                role: role.to_string(),
+                clock: ClockEstimate {
+                    uncertainty_ns: if est.uncertainty_ns >= UNKNOWN_UNCERTAINTY_NS { -1 } else { est.uncertainty_ns },
+                    ..est
+                },
+            }
+        })
+        .collect()
+}

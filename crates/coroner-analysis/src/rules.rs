@@ -1,0 +1,223 @@
+//! The rule library: data that says which events are root causes, which are symptoms, what class a
+//! root belongs to, and what to advise. The code here only loads rules and matches them.
+
+use coroner_model::{Event, FaultClass, ProcessEnd, ProcessEndCause, Role};
+use regex::Regex;
+use serde::Deserialize;
+
+/// The rules shipped with coroner.
+pub const DEFAULT_RULES: &str = include_str!("../rules/default.toml");
+
+/// The rules file format this build reads.
+pub const RULES_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error("rules file is not valid TOML: {0}")]
+    Toml(#[from] toml::de::Error),
+    #[error("rules file has format version {0}; this coroner reads version {RULES_FORMAT_VERSION}")]
+    Version(u32),
+    #[error("rule {id:?}: {problem}")]
+    Rule { id: String, problem: String },
+}
+
+#[derive(Debug, Deserialize)]
+struct RulesFile {
+    version: u32,
+    #[serde(default, rename = "rule")]
+    rules: Vec<RuleSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleSpec {
+    id: String,
+    kinds: Vec<String>,
+    message: Option<String>,
+    role: String,
+    class: Option<String>,
+    confidence: Option<f64>,
+    summary: Option<String>,
+    advice: Option<String>,
+}
+
+/// One compiled rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub id: String,
+    kinds: Vec<String>,
+    message: Option<Regex>,
+    pub role: Role,
+    pub class: Option<FaultClass>,
+    pub confidence: f64,
+    pub summary: Option<String>,
+    pub advice: Option<String>,
+}
+
+/// What the rules say about one event.
+#[derive(Debug, Clone, Copy)]
+pub struct Verdict<'r> {
+    pub rule: Option<&'r Rule>,
+    pub role: Role,
+}
+
+impl Verdict<'_> {
+    pub fn class(&self) -> Option<FaultClass> {
+        self.rule.and_then(|r| r.class)
+    }
+    pub fn confidence(&self) -> f64 {
+        self.rule.map(|r| r.confidence).unwrap_or(0.0)
+    }
+}
+
+/// An ordered list of rules; the first match wins.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+}
+
+impl RuleSet {
+    /// The rules shipped with coroner.
+    pub fn builtin() -> RuleSet {
+        // The shipped file is tested below; failing here would be a build defect, not bad input.
+        RuleSet::parse(DEFAULT_RULES).expect("the shipped rules file is valid")
+    }
+
+    /// Parses a rules file.
+    pub fn parse(text: &str) -> Result<RuleSet, RulesError> {
+        let file: RulesFile = toml::from_str(text)?;
+        if file.version != RULES_FORMAT_VERSION {
+            return Err(RulesError::Version(file.version));
+        }
+        let rules = file.rules.into_iter().map(compile).collect::<Result<Vec<_>, _>>()?;
+        Ok(RuleSet { rules })
+    }
+
+    /// The user's rules first, then the shipped ones.
+    pub fn with_overrides(user: RuleSet) -> RuleSet {
+        let mut rules = user.rules;
+        rules.extend(RuleSet::builtin().rules);
+        RuleSet { rules }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.id == id)
+    }
+
+    /// Classifies an event.
+    pub fn classify(&self, event: &Event) -> Verdict<'_> {
+        self.classify_parts(event.kind.name(), &event.kind.message())
+    }
+
+    /// Classifies how a process ended, as the pseudo-event `process_end`.
+    pub fn classify_end(&self, end: &ProcessEnd) -> Verdict<'_> {
+        let message = match end.cause() {
+            ProcessEndCause::Success => "exit 0".to_string(),
+            ProcessEndCause::ExitCode(c) => format!("exit {c}"),
+            ProcessEndCause::Signal(s) => format!("signal {s}"),
+            ProcessEndCause::Unknown => "unknown".to_string(),
+        };
+        self.classify_parts("process_end", &message)
+    }
+
+    fn classify_parts(&self, kind: &str, message: &str) -> Verdict<'_> {
+        let rule = self.rules.iter().find(|r| {
+            r.kinds.iter().any(|k| k == kind)
+                && r.message.as_ref().is_none_or(|re| re.is_match(message))
+        });
+        Verdict { rule, role: rule.map(|r| r.role).unwrap_or(Role::Noise) }
+    }
+}
+
+fn compile(spec: RuleSpec) -> Result<Rule, RulesError> {
+    let bad = |problem: String| RulesError::Rule { id: spec.id.clone(), problem };
+    let role = match spec.role.as_str() {
+        "root" => Role::Root,
+        "symptom" => Role::Symptom,
+        "progress" => Role::Progress,
+        "noise" => Role::Noise,
+        other => return Err(bad(format!("unknown role {other:?} (root, symptom, progress, noise)"))),
+    };
+    let class = match &spec.class {
+        Some(c) => Some(FaultClass::parse(c).ok_or_else(|| bad(format!("unknown class {c:?}")))?),
+        None if role == Role::Root => return Err(bad("a root rule needs a class".to_string())),
+        None => None,
+    };
+    let message = match &spec.message {
+        Some(m) => Some(Regex::new(m).map_err(|e| bad(format!("bad message regex: {e}")))?),
+        None => None,
+    };
+    if spec.kinds.is_empty() {
+        return Err(bad("kinds is empty".to_string()));
+    }
+    let confidence = spec.confidence.unwrap_or(0.5);
+    if !(0.0..=1.0).contains(&confidence) {
+        return Err(bad(format!("confidence {confidence} is outside 0..1")));
+    }
+    Ok(Rule {
+        id: spec.id,
+        kinds: spec.kinds,
+        message,
+        role,
+        class,
+        confidence,
+        summary: spec.summary,
+        advice: spec.advice,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_rules_load_and_cover_every_failure_class() {
+        let rules = RuleSet::builtin();
+        for class in FaultClass::ALL {
+            if matches!(class, FaultClass::None | FaultClass::Hang) {
+                continue; // success and hangs are decided from progress, not from a line
+            }
+            assert!(
+                rules.rules.iter().any(|r| r.class == Some(class) && r.advice.is_some()),
+                "no rule with advice for {class}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_rules_are_refused_with_the_rule_named() {
+        let err = RuleSet::parse("version = 1\n[[rule]]\nid = \"x\"\nkinds = [\"exception\"]\nrole = \"root\"\n")
+            .unwrap_err();
+        assert!(err.to_string().contains("\"x\""), "{err}");
+        let err = RuleSet::parse("version = 2\n").unwrap_err();
+        assert!(matches!(err, RulesError::Version(2)));
+        let err = RuleSet::parse(
+            "version = 1\n[[rule]]\nid = \"y\"\nkinds = [\"exception\"]\nmessage = \"(\"\nrole = \"noise\"\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("regex"), "{err}");
+    }
+
+    #[test]
+    fn process_ends_are_classified_by_signal() {
+        let rules = RuleSet::builtin();
+        let end = |signal: Option<i32>, exit_code: Option<i32>| ProcessEnd {
+            rank: coroner_model::Rank(0),
+            exit_code,
+            signal,
+            at_ns: None,
+        };
+        assert_eq!(rules.classify_end(&end(Some(11), None)).class(), Some(FaultClass::Segfault));
+        assert_eq!(rules.classify_end(&end(Some(9), None)).class(), Some(FaultClass::Killed));
+        assert_eq!(rules.classify_end(&end(Some(15), None)).role, Role::Symptom);
+        assert_eq!(rules.classify_end(&end(None, Some(0))).role, Role::Noise);
+    }
+}

@@ -1,0 +1,88 @@
+//! The report for a person: the first line gives the verdict and the culprit.
+
+use coroner_model::{Report, Verdict};
+use std::fmt::Write;
+
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = write_report(&mut out, report);
+    out
+}
+
+fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
+    match (&r.verdict, &r.first_failure) {
+        (Verdict::Succeeded, _) => writeln!(out, "SUCCEEDED: job {} - every rank exited cleanly", r.job_id)?,
+        (v, Some(f)) => {
+            let who = match f.rank {
+                Some(rank) => format!("rank {rank}"),
+                None => format!("rank unknown (candidates: {})", join(&f.candidates)),
+            };
+            let host = f.host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
+            writeln!(out, "{}: job {} - {who}{host} failed first: {} (confidence {:.2})", v.as_str().to_uppercase(), r.job_id, f.class, f.confidence)?;
+            writeln!(out)?;
+            writeln!(out, "  {}", f.summary)?;
+            if let Some(t) = &f.time {
+                writeln!(out, "  at {t} (aligned clock)")?;
+            }
+            if !f.evidence.is_empty() {
+                writeln!(out, "\nEvidence:")?;
+                for e in &f.evidence {
+                    let rank = e.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
+                    writeln!(out, "  [{}] rank {rank} {}: {}", e.time, e.stream, e.line)?;
+                }
+            }
+        }
+        (v, None) => writeln!(out, "{}: job {} - no failure found", v.as_str().to_uppercase(), r.job_id)?,
+    }
+    if !r.cascade.is_empty() {
+        writeln!(out, "\nCascade:")?;
+        for c in &r.cascade {
+            let by = c.caused_by.map(|r| format!(" (after rank {r})")).unwrap_or_default();
+            writeln!(out, "  rank {}{by}: {}", c.rank, c.how)?;
+        }
+    }
+    if !r.collectives.is_empty() {
+        writeln!(out, "\nCollectives (pg, rank: last enqueued / completed, pending):")?;
+        for c in &r.collectives {
+            let n = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+            writeln!(out, "  pg {} rank {}: {} / {}{}", c.pg, c.rank, n(c.last_enqueued), n(c.last_completed),
+                c.pending.as_ref().map(|p| format!(", waiting in {p}")).unwrap_or_default())?;
+        }
+    }
+    writeln!(out, "\nRanks:")?;
+    for rk in &r.ranks {
+        let clock = if rk.clock.uncertainty_ns < 0 {
+            "clock unknown".to_string()
+        } else {
+            format!("clock {:+.3} s +/- {:.3} s ({})", rk.clock.offset_ns as f64 / 1e9, rk.clock.uncertainty_ns as f64 / 1e9, rk.clock.source)
+        };
+        writeln!(out, "  rank {:>5} {:<8} {:<28} last step {:<6} {} lines, {clock}",
+            rk.rank.0, rk.role, rk.ended.clone().unwrap_or_else(|| "end unknown".into()),
+            rk.last_step.map(|s| s.to_string()).unwrap_or_else(|| "-".into()), rk.lines)?;
+    }
+    if !r.snapshots.is_empty() {
+        writeln!(out, "\nSnapshots:")?;
+        for s in &r.snapshots {
+            let rank = s.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
+            writeln!(out, "  rank {rank} {} {} ({} bytes){}", s.kind, s.name, s.size,
+                if s.highlights.is_empty() { String::new() } else { format!(": {}", s.highlights.join("; ")) })?;
+        }
+    }
+    if !r.advice.is_empty() {
+        writeln!(out, "\nWhat to do:")?;
+        for a in &r.advice {
+            writeln!(out, "  - {a}")?;
+        }
+    }
+    if !r.notes.is_empty() {
+        writeln!(out, "\nNotes:")?;
+        for n in &r.notes {
+            writeln!(out, "  - {n}")?;
+        }
+    }
+    Ok(())
+}
+
+fn join(ranks: &[coroner_model::Rank]) -> String {
+    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+}
