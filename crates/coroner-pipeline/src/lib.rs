@@ -1,1 +1,158 @@
-//! placeholder
+//! The one pipeline from lines to report. Offline (`coroner analyze`) and online (coronerd) feed it
+//! the same way, so every golden test of the offline path also tests the server's analysis.
+//!
+//! It owns the stateful per-(rank, stream) parsers, files launcher lines under their worker's rank,
+//! and accumulates the [`JobEvidence`] the pure analysis reads. No IO.
+
+mod demux;
+
+use coroner_analysis::{JobEvidence, RuleSet};
+use coroner_model::{
+    ClockSample, Event, EventKind, LogLine, ProcessEnd, Rank, Report, SnapshotSummary, Stream,
+};
+use coroner_parse::RankParser;
+use std::collections::BTreeMap;
+
+pub use demux::Demux;
+
+/// A job's state between lines and report.
+pub struct JobPipeline {
+    evidence: JobEvidence,
+    parsers: BTreeMap<(Option<Rank>, Stream), RankParser>,
+    demux: Demux,
+    /// Ends reported first-hand (by an agent or an exits file) win over a launcher's table.
+    first_hand_ends: BTreeMap<Rank, ProcessEnd>,
+}
+
+impl JobPipeline {
+    pub fn new(job_id: &str) -> Self {
+        JobPipeline {
+            evidence: JobEvidence { job_id: job_id.to_string(), ..Default::default() },
+            parsers: BTreeMap::new(),
+            demux: Demux::default(),
+            first_hand_ends: BTreeMap::new(),
+        }
+    }
+
+    pub fn set_world_size(&mut self, n: u32) {
+        self.evidence.world_size = Some(self.evidence.world_size.map_or(n, |w| w.max(n)));
+    }
+
+    /// For a per-node launcher's lines: the global rank of local rank 0 on that node.
+    pub fn set_node_rank_base(&mut self, base: u32) {
+        self.demux.set_base(base);
+    }
+
+    pub fn set_host(&mut self, rank: Rank, host: &str) {
+        if !host.is_empty() {
+            self.evidence.rank_mut(rank).host = Some(host.to_string());
+        }
+    }
+
+    /// Feeds one captured line. A line without an owner is filed by its launcher prefix, if any.
+    pub fn push_line(&mut self, mut line: LogLine) {
+        if line.rank.is_none() {
+            line.rank = self.demux.owner(&line.bytes);
+        }
+        match line.rank {
+            Some(rank) => {
+                let ev = self.evidence.rank_mut(rank);
+                ev.lines += 1;
+                ev.first_capture_ns = Some(ev.first_capture_ns.map_or(line.capture_ns, |t| t.min(line.capture_ns)));
+                ev.last_capture_ns = Some(ev.last_capture_ns.map_or(line.capture_ns, |t| t.max(line.capture_ns)));
+            }
+            None => {}
+        }
+        let parser = self
+            .parsers
+            .entry((line.rank, line.stream))
+            .or_insert_with(|| RankParser::new(line.rank));
+        let mut out = Vec::new();
+        parser.push(&line, &mut out);
+        self.file_events(line.rank, out);
+    }
+
+    pub fn add_end(&mut self, end: ProcessEnd) {
+        self.first_hand_ends.insert(end.rank, end);
+    }
+
+    pub fn add_clock_samples(&mut self, samples: impl IntoIterator<Item = ClockSample>) {
+        self.evidence.clock_samples.extend(samples);
+    }
+
+    pub fn add_snapshot(&mut self, s: SnapshotSummary) {
+        self.evidence.snapshots.push(s);
+    }
+
+    pub fn add_note(&mut self, note: impl Into<String>) {
+        self.evidence.notes.push(note.into());
+    }
+
+    /// No more evidence will come (an offline bundle, or every agent reported its end).
+    pub fn set_finished(&mut self, finished: bool) {
+        self.evidence.finished = finished;
+    }
+
+    /// The evidence as of now, with every open multi-line block closed (on copies of the parsers,
+    /// so more lines can still arrive).
+    pub fn evidence(&self) -> JobEvidence {
+        let mut evidence = self.evidence.clone();
+        for ((rank, _), parser) in &self.parsers {
+            let mut out = Vec::new();
+            parser.clone().finish(&mut out);
+            file_into(&mut evidence, *rank, out);
+        }
+        for ev in evidence.ranks.values_mut() {
+            ev.events.sort_by_key(|e| (e.capture_ns, e.line.seq));
+        }
+        evidence.ends = self.ends(&evidence);
+        evidence.snapshots.sort_by(|a, b| (a.rank, &a.kind, &a.name).cmp(&(b.rank, &b.kind, &b.name)));
+        evidence
+    }
+
+    /// The report as of now.
+    pub fn report(&self, rules: &RuleSet) -> Report {
+        coroner_analysis::analyze(&self.evidence(), rules)
+    }
+
+    pub fn lines_seen(&self) -> u64 {
+        self.evidence.ranks.values().map(|r| r.lines).sum()
+    }
+
+    fn file_events(&mut self, rank: Option<Rank>, events: Vec<Event>) {
+        for e in &events {
+            if let EventKind::LauncherWorkerFailed(f) = &e.kind {
+                if let (Some(g), Some(l)) = (f.global_rank, f.local_rank) {
+                    self.demux.learn(l, g.0);
+                }
+            }
+        }
+        file_into(&mut self.evidence, rank, events);
+    }
+
+    /// First-hand ends, completed from the launcher's failure table for ranks without one.
+    fn ends(&self, evidence: &JobEvidence) -> Vec<ProcessEnd> {
+        let mut ends = self.first_hand_ends.clone();
+        for e in &evidence.unowned {
+            if let EventKind::LauncherWorkerFailed(f) = &e.kind {
+                let rank = f.global_rank.or_else(|| f.local_rank.and_then(|l| self.demux.global_of(l)));
+                if let Some(rank) = rank {
+                    ends.entry(rank).or_insert(ProcessEnd {
+                        rank,
+                        exit_code: f.exit_code,
+                        signal: f.signal,
+                        at_ns: None,
+                    });
+                }
+            }
+        }
+        ends.into_values().collect()
+    }
+}
+
+fn file_into(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) {
+    match rank {
+        Some(r) => evidence.rank_mut(r).events.extend(events),
+        None => evidence.unowned.extend(events),
+    }
+}

@@ -1,0 +1,290 @@
+//! Finds what a path holds and feeds it to the pipeline.
+
+use crate::lines::parse_jsonl;
+use crate::logfile::{looks_like_text, split_log};
+use crate::snapshots::scan_snapshots;
+use crate::BundleError;
+use coroner_model::{LogLine, Nanos, ProcessEnd, Rank, Stream};
+use coroner_pipeline::JobPipeline;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What was read, for the user.
+#[derive(Debug, Default)]
+pub struct LoadSummary {
+    pub files: usize,
+    pub lines: u64,
+    pub warnings: Vec<String>,
+}
+
+/// Files in a bundle folder that are never inputs: answer keys and other tools' output.
+const NOT_INPUTS: &[&str] = &["truth.json", "fr_trace_analysis.txt", "fr_trace_entries.txt", "fr_ls.txt"];
+
+/// Reads every path into the pipeline and marks the job finished.
+pub fn load_paths(paths: &[PathBuf], pipeline: &mut JobPipeline) -> Result<LoadSummary, BundleError> {
+    let mut summary = LoadSummary::default();
+    for path in paths {
+        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => BundleError::Missing { path: path.clone() },
+            _ => BundleError::Io { path: path.clone(), source: e },
+        })?;
+        if meta.is_dir() {
+            if is_bundle(path) {
+                load_bundle(path, pipeline, &mut summary)?;
+            } else {
+                load_folder(path, pipeline, &mut summary, 0)?;
+            }
+        } else {
+            load_log_file(path, None, pipeline, &mut summary);
+        }
+    }
+    if summary.lines == 0 {
+        return Err(BundleError::Empty {
+            paths: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        });
+    }
+    for w in &summary.warnings {
+        pipeline.add_note(w.clone());
+    }
+    pipeline.set_finished(true);
+    Ok(summary)
+}
+
+fn is_bundle(dir: &Path) -> bool {
+    ["exits.json", "meta.json", "launcher.lines.jsonl", "rank0.lines.jsonl"]
+        .iter()
+        .any(|f| dir.join(f).is_file())
+        || list(dir).iter().any(|p| file_name(p).ends_with(".lines.jsonl"))
+}
+
+fn list(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn read(path: &Path, summary: &mut LoadSummary) -> Option<Vec<u8>> {
+    match std::fs::read(path) {
+        Ok(b) => {
+            summary.files += 1;
+            Some(b)
+        }
+        Err(e) => {
+            summary.warnings.push(format!("skipped {}: {e}", path.display()));
+            None
+        }
+    }
+}
+
+fn mtime_ns(path: &Path) -> Nanos {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as Nanos)
+        .unwrap_or(0)
+}
+
+fn push_all(pipeline: &mut JobPipeline, lines: Vec<LogLine>, summary: &mut LoadSummary) {
+    summary.lines += lines.len() as u64;
+    for l in lines {
+        pipeline.push_line(l);
+    }
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    world_size: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct Exits {
+    world_size: Option<u32>,
+    #[serde(default)]
+    ranks: BTreeMap<String, ExitRecord>,
+}
+
+#[derive(Deserialize)]
+struct ExitRecord {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+}
+
+fn load_bundle(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary) -> Result<(), BundleError> {
+    let mut world_size = None;
+    if let Some(bytes) = optional(dir, "meta.json", summary) {
+        match serde_json::from_slice::<Meta>(&bytes) {
+            Ok(m) => world_size = m.world_size,
+            Err(e) => summary.warnings.push(format!("meta.json is not valid ({e}); ignored")),
+        }
+    }
+    if let Some(bytes) = optional(dir, "exits.json", summary) {
+        match serde_json::from_slice::<Exits>(&bytes) {
+            Ok(exits) => {
+                world_size = world_size.or(exits.world_size);
+                for (key, rec) in exits.ranks {
+                    match key.parse::<u32>() {
+                        Ok(r) if world_size.is_none_or(|w| r < w) => pipeline.add_end(ProcessEnd {
+                            rank: Rank(r),
+                            exit_code: rec.exit_code,
+                            signal: rec.signal,
+                            at_ns: None,
+                        }),
+                        _ => summary.warnings.push(format!("exits.json: rank {key:?} is not a rank of this job; ignored")),
+                    }
+                }
+            }
+            Err(e) => summary.warnings.push(format!("exits.json is not valid ({e}); process ends unknown")),
+        }
+    }
+    if let Some(w) = world_size {
+        pipeline.set_world_size(w);
+    }
+
+    let files = list(dir);
+    let mut ranks_with_lines = Vec::new();
+    for path in &files {
+        let name = file_name(path);
+        if let Some(rank) = name.strip_prefix("rank").and_then(|r| r.strip_suffix(".lines.jsonl")).and_then(|r| r.parse::<u32>().ok()) {
+            if let Some(bytes) = read(path, summary) {
+                let lines = parse_jsonl(&bytes, Some(Rank(rank)), &mut summary.warnings, &name);
+                push_all(pipeline, lines, summary);
+                ranks_with_lines.push(rank);
+            }
+        }
+    }
+    // Ranks captured only as raw logs.
+    for path in &files {
+        let name = file_name(path);
+        let Some(rest) = name.strip_prefix("rank") else { continue };
+        for (suffix, stream) in [(".stdout.log", Stream::Stdout), (".stderr.log", Stream::Stderr)] {
+            if let Some(rank) = rest.strip_suffix(suffix).and_then(|r| r.parse::<u32>().ok()) {
+                if !ranks_with_lines.contains(&rank) {
+                    load_log_file(path, Some((Rank(rank), stream)), pipeline, summary);
+                }
+            }
+        }
+    }
+    let launcher_jsonl = dir.join("launcher.lines.jsonl");
+    let mut launcher_lines = false;
+    if let Some(bytes) = optional(dir, "launcher.lines.jsonl", summary) {
+        let lines = parse_jsonl(&bytes, None, &mut summary.warnings, "launcher.lines.jsonl");
+        launcher_lines = !lines.is_empty();
+        push_all(pipeline, lines, summary);
+    } else {
+        for (name, stream) in [("launcher.stdout.log", Stream::Stdout), ("launcher.stderr.log", Stream::Stderr)] {
+            let p = dir.join(name);
+            if p.is_file() {
+                launcher_lines = true;
+                let mtime = mtime_ns(&p);
+                if let Some(bytes) = read(&p, summary) {
+                    push_all(pipeline, split_log(&bytes, None, stream, mtime), summary);
+                }
+            }
+        }
+    }
+    let _ = launcher_jsonl;
+    let torchrun_logs = dir.join("torchrun_logs");
+    if !launcher_lines && ranks_with_lines.is_empty() && torchrun_logs.is_dir() {
+        load_torchrun_logs(&torchrun_logs, pipeline, summary);
+    }
+    for s in scan_snapshots(dir, &mut summary.warnings) {
+        pipeline.add_snapshot(s);
+    }
+    Ok(())
+}
+
+fn optional(dir: &Path, name: &str, summary: &mut LoadSummary) -> Option<Vec<u8>> {
+    let p = dir.join(name);
+    p.is_file().then(|| read(&p, summary)).flatten()
+}
+
+/// torchrun `--log-dir`: `<run id>/attempt_<k>/<local rank>/{stdout,stderr}.log`; the last attempt.
+fn load_torchrun_logs(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary) {
+    for run in list(dir).into_iter().filter(|p| p.is_dir()) {
+        let Some(attempt) = list(&run).into_iter().filter(|p| file_name(p).starts_with("attempt_")).last() else { continue };
+        for local in list(&attempt) {
+            let Ok(l) = file_name(&local).parse::<u32>() else { continue };
+            for (name, stream) in [("stdout.log", Stream::Stdout), ("stderr.log", Stream::Stderr)] {
+                let p = local.join(name);
+                if p.is_file() {
+                    load_log_file(&p, Some((Rank(l), stream)), pipeline, summary);
+                }
+            }
+        }
+    }
+}
+
+/// A folder of plain logs: every text file in it (three levels deep at most).
+fn load_folder(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary, depth: u32) -> Result<(), BundleError> {
+    std::fs::read_dir(dir).map_err(|e| BundleError::Io { path: dir.to_path_buf(), source: e })?;
+    for path in list(dir) {
+        if path.is_dir() {
+            if depth < 3 {
+                load_folder(&path, pipeline, summary, depth + 1)?;
+            }
+        } else if !NOT_INPUTS.contains(&file_name(&path).as_str()) {
+            load_log_file(&path, None, pipeline, summary);
+        }
+    }
+    Ok(())
+}
+
+/// One plain log file. Its rank and stream come from `known`, else from its name; without a rank
+/// in the name it is a combined log whose lines are filed by their prefixes.
+fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, pipeline: &mut JobPipeline, summary: &mut LoadSummary) {
+    let Some(bytes) = read(path, summary) else { return };
+    if !looks_like_text(&bytes[..bytes.len().min(8192)]) {
+        summary.warnings.push(format!("skipped {}: not a text log", path.display()));
+        return;
+    }
+    let (rank, stream) = match known {
+        Some((r, s)) => (Some(r), s),
+        None => (rank_from_name(path), stream_from_name(path)),
+    };
+    let lines = split_log(&bytes, rank, stream, mtime_ns(path));
+    push_all(pipeline, lines, summary);
+}
+
+/// `rank3.log`, `rank-3.err`, `worker_rank_3.out`, `node1-rank12.txt`: the number after "rank".
+pub fn rank_from_name(path: &Path) -> Option<Rank> {
+    let name = file_name(path).to_ascii_lowercase();
+    let at = name.rfind("rank")?;
+    let digits: String = name[at + 4..]
+        .trim_start_matches(['-', '_', '.'])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().map(Rank)
+}
+
+fn stream_from_name(path: &Path) -> Stream {
+    let name = file_name(path).to_ascii_lowercase();
+    if name.contains("stderr") || name.ends_with(".err") {
+        Stream::Stderr
+    } else if name.contains("stdout") || name.ends_with(".out") {
+        Stream::Stdout
+    } else {
+        Stream::File
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_come_from_file_names() {
+        assert_eq!(rank_from_name(Path::new("/x/rank3.stderr.log")), Some(Rank(3)));
+        assert_eq!(rank_from_name(Path::new("worker_rank_12.out")), Some(Rank(12)));
+        assert_eq!(rank_from_name(Path::new("node1-RANK-7.txt")), Some(Rank(7)));
+        assert_eq!(rank_from_name(Path::new("train.log")), None);
+    }
+}
