@@ -1,1 +1,207 @@
-//! placeholder
+//! coroner's full-text index of every captured log line: one tantivy index per job.
+//!
+//! Every line is a document (its text, exact bytes when they are not UTF-8, rank, stream, seq,
+//! capture and printed times, host, event kind, severity). The API is blocking: tantivy commits
+//! and searches are CPU and disk work, so coronerd calls it from `spawn_blocking`.
+//!
+//! Invariants: the index never changes a line's bytes (`IndexedLine::bytes` round-trips exactly);
+//! it stores capture times only, never aligned time, so a time filter arrives as per-rank capture
+//! windows; results are paged with a keyset cursor and never loaded whole.
+
+mod collect;
+mod schema;
+mod search;
+
+pub use schema::IndexedLine;
+pub use search::{SearchPage, SearchRequest, MAX_PAGE_SIZE};
+
+use collect::{OriginStatsCollector, PageCollector, SeqChunkCollector};
+use coroner_model::Stream;
+use schema::{build_schema, from_document, to_document, unpack_origin, Fields};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use tantivy::directory::error::LockError;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{AllQuery, TermQuery};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, TantivyError, Term};
+
+/// The writer's memory budget, shared by its indexing threads.
+const WRITER_HEAP_BYTES: usize = 50_000_000;
+/// How many lines `for_each_line` holds in memory at once.
+const REPLAY_CHUNK: usize = 8192;
+
+/// Why an index operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("cannot create the index folder {path}: {source} (check the path and permissions)")]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    #[error("cannot open the index at {path}: {source} (check the path and permissions, or move a damaged index away)")]
+    Open { path: PathBuf, source: TantivyError },
+    #[error("the index at {0} is locked by another writer (is another coronerd running on this data dir?)")]
+    Locked(PathBuf),
+    #[error("bad query: {0}")]
+    BadQuery(String),
+    #[error("bad cursor {0:?}: pass the next_cursor of the previous page unchanged")]
+    BadCursor(String),
+    #[error("the index holds a damaged line: {0} (rebuild the job's index from its sources)")]
+    Corrupt(String),
+    #[error("the index writer is unusable after a panic in another thread (restart the server)")]
+    Poisoned,
+    #[error("index operation failed: {0}")]
+    Tantivy(#[from] TantivyError),
+}
+
+/// One job's index: a writer behind a mutex and a reader reloaded on every commit.
+pub struct JobIndex {
+    dir: PathBuf,
+    index: Index,
+    fields: Fields,
+    writer: Mutex<IndexWriter>,
+    reader: IndexReader,
+}
+
+impl std::fmt::Debug for JobIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobIndex").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl JobIndex {
+    /// Opens the index in `dir`, creating the folder and an empty index when there is none.
+    /// Fails with [`IndexError::Locked`] when another writer holds the folder.
+    pub fn open_or_create(dir: &Path) -> Result<JobIndex, IndexError> {
+        let open_err = |source| IndexError::Open { path: dir.to_path_buf(), source };
+        std::fs::create_dir_all(dir)
+            .map_err(|source| IndexError::CreateDir { path: dir.to_path_buf(), source })?;
+        let directory = MmapDirectory::open(dir).map_err(|e| open_err(e.into()))?;
+        let (schema, fields) = build_schema();
+        let index = Index::open_or_create(directory, schema).map_err(open_err)?;
+        let writer = index.writer(WRITER_HEAP_BYTES).map_err(|e| match e {
+            TantivyError::LockFailure(LockError::LockBusy, _) => IndexError::Locked(dir.to_path_buf()),
+            other => open_err(other),
+        })?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(open_err)?;
+        Ok(JobIndex { dir: dir.to_path_buf(), index, fields, writer: Mutex::new(writer), reader })
+    }
+
+    /// The folder the index lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn writer(&self) -> Result<MutexGuard<'_, IndexWriter>, IndexError> {
+        self.writer.lock().map_err(|_| IndexError::Poisoned)
+    }
+
+    /// Buffers lines for the next commit; they are neither durable nor searchable before it.
+    pub fn add(&self, lines: &[IndexedLine]) -> Result<(), IndexError> {
+        let writer = self.writer()?;
+        for line in lines {
+            writer.add_document(to_document(&self.fields, line))?;
+        }
+        Ok(())
+    }
+
+    /// Makes every added line durable, and searchable once this returns.
+    pub fn commit(&self) -> Result<(), IndexError> {
+        let mut writer = self.writer()?;
+        writer.commit()?;
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// One page of the lines matching `q`, in (capture_ns, rank, stream, seq) order.
+    pub fn search(&self, q: &SearchRequest) -> Result<SearchPage, IndexError> {
+        let limit = q.limit.min(MAX_PAGE_SIZE);
+        let after = q.cursor.as_deref().map(search::decode_cursor).transpose()?;
+        let query = search::build_query(&self.index, &self.fields, q)?;
+        let collector = PageCollector {
+            after,
+            // One more than a page tells whether another page follows.
+            limit: if limit == 0 { 0 } else { limit + 1 },
+            windows: search::windows_by_rank_key(q),
+        };
+        let searcher = self.reader.searcher();
+        let (total, mut top) = searcher.search(&query, &collector)?;
+        let next_cursor = if top.len() > limit {
+            top.truncate(limit);
+            top.last().map(|(key, _)| search::encode_cursor(*key))
+        } else {
+            None
+        };
+        let hits = top
+            .iter()
+            .map(|(_, addr)| self.load(&searcher, *addr))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SearchPage { hits, total, next_cursor })
+    }
+
+    fn load(&self, searcher: &Searcher, addr: tantivy::DocAddress) -> Result<IndexedLine, IndexError> {
+        let doc: TantivyDocument = searcher.doc(addr)?;
+        from_document(&self.fields, &doc)
+    }
+
+    /// How many lines match `query` (tantivy syntax; empty = all) per rank; `None` = no rank.
+    pub fn count_by_rank(&self, query: &str) -> Result<BTreeMap<Option<u32>, u64>, IndexError> {
+        let query = search::parse_text_query(&self.index, &self.fields, query)?;
+        let stats = self.reader.searcher().search(&query, &OriginStatsCollector)?;
+        let mut out = BTreeMap::new();
+        for (origin, s) in stats {
+            *out.entry(search::rank_of_origin(origin)).or_insert(0) += s.count;
+        }
+        Ok(out)
+    }
+
+    /// Highest committed seq + 1 per (rank, stream): where an agent resumes.
+    pub fn stream_positions(&self) -> Result<BTreeMap<(Option<u32>, Stream), u64>, IndexError> {
+        let stats = self.reader.searcher().search(&AllQuery, &OriginStatsCollector)?;
+        Ok(stats
+            .into_iter()
+            .map(|(origin, s)| (unpack_origin(origin), s.max_seq.saturating_add(1)))
+            .collect())
+    }
+
+    /// Every committed line, ordered by (rank, stream, seq), handed to `f` one at a time; at
+    /// most a few thousand lines are held in memory whatever the size of the index. Used to
+    /// rebuild the analysis state after a restart. Lines that share a (rank, stream, seq) key
+    /// (which ingest deduplicates) may be handed over only once.
+    pub fn for_each_line(&self, mut f: impl FnMut(IndexedLine)) -> Result<(), IndexError> {
+        let searcher = self.reader.searcher();
+        let origins: BTreeMap<u64, _> =
+            searcher.search(&AllQuery, &OriginStatsCollector)?.into_iter().collect();
+        for origin in origins.keys() {
+            let query = TermQuery::new(
+                Term::from_field_u64(self.fields.origin, *origin),
+                IndexRecordOption::Basic,
+            );
+            let mut from = 0u64;
+            loop {
+                let chunk = searcher.search(&query, &SeqChunkCollector { from, k: REPLAY_CHUNK })?;
+                for (_, addr) in &chunk {
+                    f(self.load(&searcher, *addr)?);
+                }
+                match chunk.last() {
+                    Some((last, _)) if chunk.len() == REPLAY_CHUNK && *last < u64::MAX => {
+                        from = last + 1
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How many lines are committed.
+    pub fn num_lines(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+//! The index's tantivy schema and the conversion between [`IndexedLine`] and a tantivy document.
+//!
+//! Besides the fields callers filter on, the schema keeps one hidden fast field, `origin`,
+//! that packs (rank, stream) into one `u64` whose order is the order of `(Option<u32>, Stream)`:
+//! it names a line's source in one term and gives the collectors their sort key cheaply.
+
+use crate::IndexError;
+use coroner_model::Stream;
+use tantivy::schema::{
+    Field, NumericOptions, Schema, Value, FAST, INDEXED, STORED, STRING, TEXT,
+};
+use tantivy::TantivyDocument;
+
+/// The stored `rank` of a line without a rank.
+pub const NO_RANK: u64 = u64::MAX;
+
+/// One line as the index stores it; `bytes` are the exact captured bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedLine {
+    pub rank: Option<u32>,
+    pub stream: Stream,
+    pub seq: u64,
+    pub capture_ns: i64,
+    pub printed_ns: Option<i64>,
+    pub host: String,
+    /// An event kind name such as `watchdog_timeout`, or `line` for a plain line.
+    pub kind: String,
+    /// `error`, `warning`, `info` or `none`.
+    pub severity: String,
+    pub bytes: Vec<u8>,
+}
+
+/// The fields of the schema, resolved once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fields {
+    pub text: Field,
+    pub raw: Field,
+    pub rank: Field,
+    pub stream: Field,
+    pub origin: Field,
+    pub seq: Field,
+    pub capture_ns: Field,
+    pub printed_ns: Field,
+    pub host: Field,
+    pub kind: Field,
+    pub severity: Field,
+}
+
+pub(crate) const F_ORIGIN: &str = "origin";
+pub(crate) const F_SEQ: &str = "seq";
+pub(crate) const F_CAPTURE: &str = "capture_ns";
+
+pub(crate) fn build_schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let all_num = NumericOptions::default().set_indexed().set_fast().set_stored();
+    let fields = Fields {
+        // TEXT indexes positions, so phrase queries work; the default tokenizer lowercases.
+        text: b.add_text_field("text", TEXT | STORED),
+        raw: b.add_bytes_field("raw", STORED),
+        rank: b.add_u64_field("rank", all_num.clone()),
+        stream: b.add_text_field("stream", STRING | STORED),
+        origin: b.add_u64_field(F_ORIGIN, INDEXED | FAST),
+        seq: b.add_u64_field(F_SEQ, all_num.clone()),
+        capture_ns: b.add_i64_field(F_CAPTURE, all_num),
+        printed_ns: b.add_i64_field("printed_ns", STORED),
+        host: b.add_text_field("host", STRING | STORED),
+        kind: b.add_text_field("kind", STRING | STORED),
+        severity: b.add_text_field("severity", STRING | STORED),
+    };
+    (b.build(), fields)
+}
+
+pub(crate) fn stream_code(s: Stream) -> u64 {
+    match s {
+        Stream::Stdout => 0,
+        Stream::Stderr => 1,
+        Stream::File => 2,
+    }
+}
+
+pub(crate) fn stream_from_code(c: u64) -> Stream {
+    match c {
+        0 => Stream::Stdout,
+        1 => Stream::Stderr,
+        _ => Stream::File,
+    }
+}
+
+/// Packs (rank, stream) so that `None` sorts before every rank, as `Option` does.
+pub(crate) fn origin(rank: Option<u32>, stream: Stream) -> u64 {
+    let rank_key = rank.map_or(0, |r| u64::from(r) + 1);
+    (rank_key << 2) | stream_code(stream)
+}
+
+pub(crate) fn unpack_origin(o: u64) -> (Option<u32>, Stream) {
+    let rank_key = o >> 2;
+    let rank = if rank_key == 0 { None } else { u32::try_from(rank_key - 1).ok() };
+    (rank, stream_from_code(o & 3))
+}
+
+pub(crate) fn to_document(f: &Fields, line: &IndexedLine) -> TantivyDocument {
+    let mut doc = TantivyDocument::default();
+    match std::str::from_utf8(&line.bytes) {
+        Ok(text) => doc.add_text(f.text, text),
+        Err(_) => {
+            doc.add_text(f.text, String::from_utf8_lossy(&line.bytes));
+            doc.add_bytes(f.raw, line.bytes.as_slice());
+        }
+    }
+    doc.add_u64(f.rank, line.rank.map_or(NO_RANK, u64::from));
+    doc.add_text(f.stream, line.stream.as_str());
+    doc.add_u64(f.origin, origin(line.rank, line.stream));
+    doc.add_u64(f.seq, line.seq);
+    doc.add_i64(f.capture_ns, line.capture_ns);
+    if let Some(p) = line.printed_ns {
+        doc.add_i64(f.printed_ns, p);
+    }
+    doc.add_text(f.host, &line.host);
+    doc.add_text(f.kind, &line.kind);
+    doc.add_text(f.severity, &line.severity);
+    doc
+}
+
+pub(crate) fn from_document(f: &Fields, doc: &TantivyDocument) -> Result<IndexedLine, IndexError> {
+    let text = |field: Field| -> String {
+        doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string()
+    };
+    let bytes = match doc.get_first(f.raw).and_then(|v| v.as_bytes()) {
+        Some(raw) => raw.to_vec(),
+        None => text(f.text).into_bytes(),
+    };
+    let stream_name = text(f.stream);
+    let stream = Stream::parse(&stream_name)
+        .ok_or_else(|| IndexError::Corrupt(format!("stored stream {stream_name:?} is unknown")))?;
+    let rank = match doc.get_first(f.rank).and_then(|v| v.as_u64()) {
+        None | Some(NO_RANK) => None,
+        Some(r) => Some(u32::try_from(r).map_err(|_| {
+            IndexError::Corrupt(format!("stored rank {r} does not fit in 32 bits"))
+        })?),
+    };
+    let seq = doc
+        .get_first(f.seq)
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| IndexError::Corrupt("a stored line has no seq".to_string()))?;
+    let capture_ns = doc
+        .get_first(f.capture_ns)
+        .and_then(|v| v.as_i64())
+        .ok_or_else(|| IndexError::Corrupt("a stored line has no capture_ns".to_string()))?;
+    Ok(IndexedLine {
+        rank,
+        stream,
+        seq,
+        capture_ns,
+        printed_ns: doc.get_first(f.printed_ns).and_then(|v| v.as_i64()),
+        host: text(f.host),
+        kind: text(f.kind),
+        severity: text(f.severity),
+        bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_orders_like_option_rank_then_stream() {
+        let keys = [
+            (None, Stream::Stdout),
+            (None, Stream::File),
+            (Some(0), Stream::Stdout),
+            (Some(0), Stream::Stderr),
+            (Some(7), Stream::Stdout),
+            (Some(u32::MAX), Stream::File),
+        ];
+        for w in keys.windows(2) {
+            assert!(w[0] < w[1]);
+            assert!(origin(w[0].0, w[0].1) < origin(w[1].0, w[1].1));
+        }
+        for k in keys {
+            assert_eq!(unpack_origin(origin(k.0, k.1)), k);
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Tests of the job index against real tantivy indexes in temporary folders.
+
+use super::*;
+use std::collections::BTreeSet;
+
+fn line(rank: Option<u32>, stream: Stream, seq: u64, capture_ns: i64, text: &str) -> IndexedLine {
+    IndexedLine {
+        rank,
+        stream,
+        seq,
+        capture_ns,
+        printed_ns: None,
+        host: "node-a".to_string(),
+        kind: "line".to_string(),
+        severity: "none".to_string(),
+        bytes: text.as_bytes().to_vec(),
+    }
+}
+
+fn req(query: &str) -> SearchRequest {
+    SearchRequest { query: query.to_string(), limit: 100, ..Default::default() }
+}
+
+fn keys(page: &SearchPage) -> Vec<(Option<u32>, u64)> {
+    page.hits.iter().map(|h| (h.rank, h.seq)).collect()
+}
+
+/// Four ranks; rank r's line i is captured at 1000*i + r.
+fn sample_index(dir: &Path) -> JobIndex {
+    let idx = JobIndex::open_or_create(dir).expect("open index");
+    let mut lines = Vec::new();
+    for r in 0..4u32 {
+        for i in 0..10u64 {
+            let text = if i == 5 {
+                format!("[rank{r}]:[E ProcessGroupNCCL.cpp:1420] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=11, OpType=ALLREDUCE)")
+            } else {
+                format!("step {i} loss 0.{r}")
+            };
+            lines.push(line(Some(r), Stream::Stderr, i, 1000 * i as i64 + i64::from(r), &text));
+        }
+    }
+    lines.push(line(None, Stream::Stdout, 0, 2500, "torchrun: NCCL WARN launcher line"));
+    idx.add(&lines).expect("add");
+    idx.commit().expect("commit");
+    idx
+}
+
+#[test]
+fn index_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<JobIndex>();
+}
+
+#[test]
+fn lines_are_searchable_only_after_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = JobIndex::open_or_create(dir.path()).expect("open");
+    idx.add(&[line(Some(0), Stream::Stdout, 0, 1, "hello world")]).expect("add");
+    assert_eq!(idx.search(&req("hello")).expect("search").total, 0);
+    idx.commit().expect("commit");
+    let page = idx.search(&req("hello")).expect("search");
+    assert_eq!(page.total, 1);
+    assert_eq!(page.hits[0].bytes, b"hello world");
+    assert_eq!(idx.num_lines(), 1);
+}
+
+#[test]
+fn rank_stream_and_time_filters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = sample_index(dir.path());
+    assert_eq!(idx.num_lines(), 41);
+
+    let mut q = req("");
+    q.rank = Some(2);
+    let page = idx.search(&q).expect("search");
+    assert_eq!(page.total, 10);
+    assert!(page.hits.iter().all(|h| h.rank == Some(2)));
+
+    let mut q = req("");
+    q.stream = Some(Stream::Stdout);
+    assert_eq!(keys(&idx.search(&q).expect("search")), vec![(None, 0)]);
+
+    // Per-rank windows: rank 0 sees captures 2000..=4000, rank 3 sees 7003..=7003, the no-rank
+    // line is in its window; ranks 1 and 2 are absent and so excluded.
+    let mut q = req("");
+    let windows = BTreeMap::from([(Some(0), (2000, 4000)), (Some(3), (7003, 7003)), (None, (0, 9999))]);
+    q.capture_windows = Some(windows);
+    let page = idx.search(&q).expect("search");
+    assert_eq!(keys(&page), vec![(Some(0), 2), (None, 0), (Some(0), 3), (Some(0), 4), (Some(3), 7)]);
+    assert_eq!(page.total, 5);
+    let captures: Vec<i64> = page.hits.iter().map(|h| h.capture_ns).collect();
+    assert!(captures.windows(2).all(|w| w[0] <= w[1]), "ordered by capture time");
+
+    let mut q = req("loss");
+    q.rank = Some(1);
+    q.capture_windows = Some(BTreeMap::from([(Some(1), (0, 3001))]));
+    assert_eq!(keys(&idx.search(&q).expect("search")), vec![(Some(1), 0), (Some(1), 1), (Some(1), 2), (Some(1), 3)]);
+}
+
+#[test]
+fn severity_and_kind_filters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = JobIndex::open_or_create(dir.path()).expect("open");
+    let mut err = line(Some(1), Stream::Stderr, 0, 10, "Watchdog caught collective operation timeout");
+    err.kind = "watchdog_timeout".to_string();
+    err.severity = "error".to_string();
+    err.printed_ns = Some(9);
+    idx.add(&[err.clone(), line(Some(1), Stream::Stderr, 1, 11, "Watchdog is fine")]).expect("add");
+    idx.commit().expect("commit");
+    let mut q = req("watchdog");
+    q.severity = Some("error".to_string());
+    assert_eq!(idx.search(&q).expect("search").hits, vec![err.clone()]);
+    let mut q = req("");
+    q.kind = Some("watchdog_timeout".to_string());
+    assert_eq!(idx.search(&q).expect("search").hits, vec![err]);
+    q.kind = Some("oom".to_string());
+    assert_eq!(idx.search(&q).expect("search").total, 0);
+}
+
+#[test]
+fn tokens_of_nccl_lines_and_phrases_are_searchable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = sample_index(dir.path());
+    for query in ["NCCL", "nccl", "WARN", "SeqNum=11", "ProcessGroupNCCL.cpp", "\"collective operation timeout\""] {
+        assert!(idx.search(&req(query)).expect(query).total > 0, "{query} finds nothing");
+    }
+    assert_eq!(idx.search(&req("\"collective operation timeout\"")).expect("phrase").total, 4);
+    assert_eq!(idx.search(&req("\"timeout operation collective\"")).expect("phrase").total, 0);
+    assert_eq!(idx.search(&req("SeqNum=12")).expect("seqnum").total, 0);
+    // Terms are ANDed by default, OR is explicit.
+    assert_eq!(idx.search(&req("NCCL launcher")).expect("and").total, 1);
+    assert_eq!(idx.search(&req("launcher OR watchdog")).expect("or").total, 5);
+}
+
+#[test]
+fn paging_with_the_cursor_covers_every_hit_exactly_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = JobIndex::open_or_create(dir.path()).expect("open");
+    // Several commits make several segments; equal capture times exercise the tie-break.
+    for batch in 0..5u64 {
+        let lines: Vec<_> = (0..4u32)
+            .flat_map(|r| (0..25u64).map(move |i| (r, batch * 25 + i)))
+            .map(|(r, seq)| line(Some(r), Stream::Stdout, seq, (seq / 3) as i64, "tick"))
+            .collect();
+        idx.add(&lines).expect("add");
+        idx.commit().expect("commit");
+    }
+    let mut q = req("tick");
+    q.limit = 7;
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = idx.search(&q).expect("search");
+        assert_eq!(page.total, 500);
+        assert!(page.hits.len() <= 7);
+        seen.extend(page.hits.iter().map(|h| (h.capture_ns, h.rank, h.seq)));
+        pages += 1;
+        match page.next_cursor {
+            Some(c) => q.cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 72);
+    assert_eq!(seen.len(), 500);
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(seen, sorted, "pages come in sort order");
+    assert_eq!(seen.iter().collect::<BTreeSet<_>>().len(), 500, "no hit twice");
+
+    let mut q = req("tick");
+    q.limit = 0;
+    let page = idx.search(&q).expect("count only");
+    assert_eq!((page.total, page.hits.len(), page.next_cursor), (500, 0, None));
+    q.cursor = Some("not a cursor".to_string());
+    assert!(matches!(idx.search(&q), Err(IndexError::BadCursor(_))));
+}
+
+#[test]
+fn invalid_utf8_round_trips_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = JobIndex::open_or_create(dir.path()).expect("open");
+    let mut l = line(Some(0), Stream::Stdout, 0, 5, "");
+    l.bytes = b"caf\xe9 \xff\xfe broken NCCL".to_vec();
+    idx.add(&[l.clone(), line(Some(0), Stream::Stdout, 1, 6, "plain caf\u{e9}")]).expect("add");
+    idx.commit().expect("commit");
+    let page = idx.search(&req("broken")).expect("search");
+    assert_eq!(page.hits, vec![l.clone()]);
+    let page = idx.search(&req("plain")).expect("search");
+    assert_eq!(page.hits[0].bytes, "plain caf\u{e9}".as_bytes());
+    let mut replayed = Vec::new();
+    idx.for_each_line(|l| replayed.push(l)).expect("replay");
+    assert_eq!(replayed[0], l);
+}
+
+#[test]
+fn a_malformed_query_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = sample_index(dir.path());
+    for bad in ["text:\"unterminated", "nosuchfield:foo", "(a AND"] {
+        match idx.search(&req(bad)) {
+            Err(IndexError::BadQuery(msg)) => assert!(!msg.is_empty()),
+            other => panic!("{bad}: expected BadQuery, got {other:?}"),
+        }
+    }
+    assert!(matches!(idx.count_by_rank("nosuchfield:x"), Err(IndexError::BadQuery(_))));
+}
+
+#[test]
+fn reopening_sees_committed_lines_and_stream_positions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let idx = sample_index(dir.path());
+        idx.add(&[line(Some(0), Stream::Stdout, 41, 1, "more")]).expect("add");
+        idx.commit().expect("commit");
+        idx.add(&[line(Some(0), Stream::Stdout, 99, 1, "never committed")]).expect("add");
+    }
+    let idx = JobIndex::open_or_create(dir.path()).expect("reopen");
+    assert_eq!(idx.num_lines(), 42);
+    assert_eq!(idx.search(&req("committed")).expect("search").total, 0);
+    let pos = idx.stream_positions().expect("positions");
+    let mut want = BTreeMap::from([((None, Stream::Stdout), 1), ((Some(0), Stream::Stdout), 42)]);
+    for r in 0..4 {
+        want.insert((Some(r), Stream::Stderr), 10);
+    }
+    assert_eq!(pos, want);
+}
+
+#[test]
+fn a_second_writer_on_the_same_folder_is_refused_clearly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _first = JobIndex::open_or_create(dir.path()).expect("open");
+    match JobIndex::open_or_create(dir.path()) {
+        Err(e @ IndexError::Locked(_)) => assert!(e.to_string().contains("locked")),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+}
+
+#[test]
+fn count_by_rank_groups_matches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = sample_index(dir.path());
+    let counts = idx.count_by_rank("watchdog").expect("count");
+    assert_eq!(counts, (0..4).map(|r| (Some(r), 1)).collect());
+    let all = idx.count_by_rank("").expect("count all");
+    assert_eq!(all.get(&None), Some(&1));
+    assert_eq!(all.get(&Some(3)), Some(&10));
+    assert!(idx.count_by_rank("nothing_matches_this").expect("count").is_empty());
+}
+
+#[test]
+fn for_each_line_replays_in_rank_stream_seq_order_across_chunks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = JobIndex::open_or_create(dir.path()).expect("open");
+    let n = REPLAY_CHUNK as u64 * 2 + 17;
+    // Added out of order and over several commits (segments).
+    for part in [1u64, 0, 2] {
+        let lines: Vec<_> = (0..n)
+            .filter(|s| s % 3 == part)
+            .flat_map(|s| {
+                [
+                    line(Some(1), Stream::Stdout, s, 0, "a"),
+                    line(Some(0), Stream::Stderr, s, 0, "b"),
+                    line(Some(0), Stream::Stdout, s + 1000, 0, "c"),
+                ]
+            })
+            .collect();
+        idx.add(&lines).expect("add");
+        idx.commit().expect("commit");
+    }
+    idx.add(&[line(None, Stream::File, 3, 0, "d")]).expect("add");
+    idx.commit().expect("commit");
+    let mut got = Vec::new();
+    idx.for_each_line(|l| got.push((l.rank, l.stream, l.seq))).expect("replay");
+    assert_eq!(got.len() as u64, 3 * n + 1);
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(got, sorted);
+    assert_eq!(got[0], (None, Stream::File, 3));
+    assert_eq!(got[1], (Some(0), Stream::Stdout, 1000));
+}

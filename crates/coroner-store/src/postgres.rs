@@ -1,0 +1,43 @@
+//! The shared backend: PostgreSQL, for deployments where several servers or tools read the
+//! same metadata. Migrations take PostgreSQL's advisory lock, so concurrent starts are safe.
+
+use crate::backend::impl_metastore;
+use crate::error::redact_url;
+use crate::StoreError;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use std::time::Duration;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+const MAX_CONNECTIONS: u32 = 16;
+
+/// The metastore in a PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects to a `postgres://` or `postgresql://` URL and applies the migrations.
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        let location = redact_url(url);
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await
+            .map_err(|source| StoreError::ConnectPostgres { location: location.clone(), source })?;
+        MIGRATOR
+            .run(&pool)
+            .await
+            .map_err(|source| StoreError::Migrate { location: location.clone(), source })?;
+        Ok(PostgresStore { pool })
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+impl_metastore!(PostgresStore);

@@ -1,0 +1,59 @@
+//! The rows the store reads and writes, in domain types.
+
+use coroner_model::{JobId, Rank};
+use std::collections::BTreeMap;
+
+/// One agent session: a process (a rank, or a launcher) that an agent wraps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub session_id: String,
+    pub job_id: JobId,
+    pub rank: Option<Rank>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+    pub host: String,
+    pub pid: u32,
+    pub launcher: String,
+    pub agent_instance: String,
+    /// Versions of what the session runs (`torch`, `nccl`, `cuda`, the agent).
+    pub versions: BTreeMap<String, String>,
+    pub opened_ns: i64,
+}
+
+/// A job and the summary of its latest report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRow {
+    pub job_id: JobId,
+    pub world_size: Option<u32>,
+    pub first_seen_ns: i64,
+    pub last_seen_ns: i64,
+    /// `"running"` until a report says otherwise.
+    pub verdict: String,
+    pub culprit_rank: Option<Rank>,
+    pub fault_class: Option<String>,
+    pub lines: u64,
+    pub report_json: Option<String>,
+}
+
+/// Which jobs `list_jobs` returns; every filter that is set must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    pub verdict: Option<String>,
+    pub fault_class: Option<String>,
+    /// Only jobs seen at or after this time (`last_seen_ns >= since_ns`).
+    pub since_ns: Option<i64>,
+}
+
+/// The metadata of one snapshot (a py-spy dump, an nvidia-smi table, a core file...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    pub job_id: JobId,
+    pub rank: Option<Rank>,
+    pub kind: String,
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
+    pub captured_ns: i64,
+    /// May be less than `size` when the stored copy was capped.
+    pub stored_bytes: u64,
+}
