@@ -1,0 +1,41 @@
+//! `coroner analyze`: the whole pipeline in process, no server.
+
+use anyhow::Context;
+use coroner_analysis::RuleSet;
+use coroner_pipeline::JobPipeline;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let rules = load_rules(rules)?;
+    let job = job.unwrap_or_else(|| default_job_id(&paths[0]));
+    let mut pipeline = JobPipeline::new(&job);
+    let summary = coroner_bundle::load_paths(paths, &mut pipeline)?;
+    for w in &summary.warnings {
+        eprintln!("coroner: warning: {w}");
+    }
+    let report = pipeline.report(&rules);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", coroner_analysis::text::render(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn load_rules(path: Option<&Path>) -> anyhow::Result<RuleSet> {
+    match path {
+        None => Ok(RuleSet::builtin()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("read rules file {}", p.display()))?;
+            let user = RuleSet::parse(&text).with_context(|| format!("load rules file {}", p.display()))?;
+            Ok(RuleSet::with_overrides(user))
+        }
+    }
+}
+
+fn default_job_id(path: &Path) -> String {
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if name.is_empty() { "job".to_string() } else { name }
+}

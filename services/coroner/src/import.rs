@@ -1,0 +1,173 @@
+//! `coroner import`: reads a bundle or logs like `analyze` does and ships them to coronerd over the
+//! same ingest protocol the agents speak, one session per rank, capture times preserved.
+
+use anyhow::{bail, Context};
+use coroner_bundle::Sink;
+use coroner_model::{LogLine, ProcessEnd, Rank, SnapshotSummary};
+use coroner_proto::convert::line_to_wire;
+use coroner_proto::v1::{self, ingest_client::IngestClient};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tonic::transport::Channel;
+
+const BATCH_LINES: usize = 2000;
+const CHUNK_BYTES: usize = 1 << 20;
+
+#[derive(Default)]
+struct Collected {
+    lines: BTreeMap<Option<Rank>, Vec<LogLine>>,
+    ends: Vec<ProcessEnd>,
+    world_size: Option<u32>,
+    snapshots: Vec<(SnapshotSummary, PathBuf)>,
+    notes: Vec<String>,
+}
+
+impl Sink for Collected {
+    fn line(&mut self, line: LogLine) {
+        self.lines.entry(line.rank).or_default().push(line);
+    }
+    fn end(&mut self, end: ProcessEnd) {
+        self.ends.push(end);
+    }
+    fn world_size(&mut self, n: u32) {
+        self.world_size = Some(n);
+    }
+    fn snapshot(&mut self, summary: SnapshotSummary, bundle_dir: &Path) {
+        let path = bundle_dir.join(&summary.name);
+        self.snapshots.push((summary, path));
+    }
+    fn note(&mut self, note: String) {
+        self.notes.push(note);
+    }
+    fn finished(&mut self) {}
+}
+
+pub async fn run(server: &str, paths: &[PathBuf], job: &str) -> anyhow::Result<ExitCode> {
+    coroner_model::JobId::parse(job).with_context(|| format!("job id {job:?}"))?;
+    let mut collected = Collected::default();
+    coroner_bundle::load_paths(paths, &mut collected)?;
+    for n in &collected.notes {
+        eprintln!("coroner: warning: {n}");
+    }
+    let mut client = IngestClient::connect(server.to_string())
+        .await
+        .with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))?;
+    let mut total = 0usize;
+    let mut ranks: Vec<Option<Rank>> = collected.lines.keys().copied().collect();
+    for end in &collected.ends {
+        if !ranks.contains(&Some(end.rank)) {
+            ranks.push(Some(end.rank));
+        }
+    }
+    for rank in ranks {
+        let session = open(&mut client, job, rank, collected.world_size).await?;
+        if let Some(lines) = collected.lines.get(&rank) {
+            total += ship(&mut client, &session, lines).await?;
+        }
+        for end in collected.ends.iter().filter(|e| Some(e.rank) == rank) {
+            client
+                .report_exit(v1::ProcessExit {
+                    session_id: session.clone(),
+                    rank: Some(end.rank.0),
+                    exit_code: end.exit_code,
+                    signal: end.signal,
+                    at_ns: end.at_ns.unwrap_or(0),
+                    dropped_lines: 0,
+                })
+                .await
+                .context("report a process end")?;
+        }
+        for (summary, path) in collected.snapshots.iter().filter(|(s, _)| s.rank == rank) {
+            upload(&mut client, &session, summary, path).await?;
+        }
+    }
+    // Snapshots of no rank (host/) go with a rankless session.
+    let rankless: Vec<_> = collected.snapshots.iter().filter(|(s, _)| s.rank.is_none()).collect();
+    if !rankless.is_empty() {
+        let session = open(&mut client, job, None, collected.world_size).await?;
+        for (summary, path) in rankless {
+            upload(&mut client, &session, summary, path).await?;
+        }
+    }
+    eprintln!("coroner: imported {total} lines and {} snapshots as job {job}", collected.snapshots.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn open(client: &mut IngestClient<Channel>, job: &str, rank: Option<Rank>, world: Option<u32>) -> anyhow::Result<String> {
+    let host = "import".to_string();
+    let resp = client
+        .open_session(v1::OpenSessionRequest {
+            job_id: job.to_string(),
+            rank: rank.map(|r| r.0),
+            world_size: world,
+            host,
+            launcher: if rank.is_some() { "import".into() } else { "import-launcher".into() },
+            agent_instance: format!("import-{}", std::process::id()),
+            ..Default::default()
+        })
+        .await
+        .context("open an ingest session")?;
+    Ok(resp.into_inner().session_id)
+}
+
+async fn ship(client: &mut IngestClient<Channel>, session: &str, lines: &[LogLine]) -> anyhow::Result<usize> {
+    let batches: Vec<v1::LogBatch> = lines
+        .chunks(BATCH_LINES)
+        .enumerate()
+        .map(|(i, chunk)| v1::LogBatch {
+            session_id: session.to_string(),
+            batch_id: i as u64,
+            lines: chunk.iter().map(line_to_wire).collect(),
+            clock: Vec::new(),
+        })
+        .collect();
+    let expected = batches.len();
+    let mut acks = client
+        .ship_logs(tokio_stream::iter(batches))
+        .await
+        .context("ship log batches")?
+        .into_inner();
+    let mut acked = 0;
+    while let Some(ack) = acks.message().await.context("wait for acknowledgements")? {
+        let _ = ack;
+        acked += 1;
+    }
+    if acked != expected {
+        bail!("coronerd acknowledged {acked} of {expected} batches; run the import again (it is idempotent)");
+    }
+    Ok(lines.len())
+}
+
+async fn upload(client: &mut IngestClient<Channel>, session: &str, s: &SnapshotSummary, path: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("read snapshot {}", path.display()))?;
+    let sha = hex::encode(Sha256::digest(&bytes));
+    let header = v1::SnapshotHeader {
+        rank: s.rank.map(|r| r.0),
+        kind: s.kind.clone(),
+        name: s.name.clone(),
+        size: bytes.len() as u64,
+        sha256: sha,
+        captured_ns: 0,
+    };
+    let n = bytes.len().div_ceil(CHUNK_BYTES).max(1);
+    let chunks: Vec<v1::SnapshotChunk> = (0..n)
+        .map(|i| {
+            let start = i * CHUNK_BYTES;
+            let end = (start + CHUNK_BYTES).min(bytes.len());
+            v1::SnapshotChunk {
+                session_id: session.to_string(),
+                header: (i == 0).then(|| header.clone()),
+                offset: start as u64,
+                data: bytes[start..end].to_vec(),
+                last: i + 1 == n,
+            }
+        })
+        .collect();
+    client
+        .upload_snapshot(tokio_stream::iter(chunks))
+        .await
+        .with_context(|| format!("upload snapshot {}", s.name))?;
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! coronerd's settings: flags, each also read from an environment variable, with defaults that
+//! work on a laptop.
+
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "coronerd", version, about = "The coroner service: ingest, index, analyze, query")]
+pub struct Config {
+    /// Where indexes, snapshots and the embedded SQLite database live.
+    #[arg(long, env = "CORONER_DATA_DIR", default_value = ".coroner-data")]
+    pub data_dir: PathBuf,
+    /// gRPC address for agents and queries.
+    #[arg(long, env = "CORONER_GRPC_ADDR", default_value = "127.0.0.1:7070")]
+    pub grpc_addr: SocketAddr,
+    /// HTTP address for the web page and /metrics.
+    #[arg(long, env = "CORONER_HTTP_ADDR", default_value = "127.0.0.1:7071")]
+    pub http_addr: SocketAddr,
+    /// The metadata database; default: SQLite in the data dir. PostgreSQL: postgres://...
+    #[arg(long, env = "CORONER_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// A rules file tried before the shipped rules.
+    #[arg(long, env = "CORONER_RULES")]
+    pub rules: Option<PathBuf>,
+    /// Snapshot bytes kept per file; larger files keep their metadata and the first bytes.
+    #[arg(long, env = "CORONER_SNAPSHOT_CAP_BYTES", default_value_t = 1 << 30)]
+    pub snapshot_cap_bytes: u64,
+}
+
+impl Config {
+    /// Defaults for tests: a data dir and ephemeral ports.
+    pub fn for_tests(data_dir: PathBuf) -> Config {
+        Config {
+            data_dir,
+            grpc_addr: "127.0.0.1:0".parse().expect("literal address"),
+            http_addr: "127.0.0.1:0".parse().expect("literal address"),
+            database_url: None,
+            rules: None,
+            snapshot_cap_bytes: 1 << 30,
+        }
+    }
+
+    pub fn database_url(&self) -> String {
+        self.database_url.clone().unwrap_or_else(|| {
+            format!("sqlite://{}?mode=rwc", self.data_dir.join("coroner.db").display())
+        })
+    }
+}

@@ -1,0 +1,54 @@
+//! One mapping from coronerd's failures to gRPC statuses. Internal details go to the log, not to
+//! the caller.
+
+use tonic::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<ServiceError> for Status {
+    fn from(e: ServiceError) -> Status {
+        match e {
+            ServiceError::InvalidArgument(m) => Status::invalid_argument(m),
+            ServiceError::NotFound(m) => Status::not_found(m),
+            ServiceError::FailedPrecondition(m) => Status::failed_precondition(m),
+            ServiceError::Unavailable(m) => Status::unavailable(m),
+            ServiceError::Internal(m) => {
+                tracing::error!(error = %m, "internal error");
+                Status::internal("internal error; see the coronerd log")
+            }
+        }
+    }
+}
+
+impl From<coroner_store::StoreError> for ServiceError {
+    fn from(e: coroner_store::StoreError) -> Self {
+        ServiceError::Internal(format!("metadata store: {e}"))
+    }
+}
+
+impl From<coroner_index::IndexError> for ServiceError {
+    fn from(e: coroner_index::IndexError) -> Self {
+        match e {
+            coroner_index::IndexError::BadQuery(m) => ServiceError::InvalidArgument(format!("bad query: {m}")),
+            other => ServiceError::Internal(format!("index: {other}")),
+        }
+    }
+}
+
+impl From<tokio::task::JoinError> for ServiceError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        ServiceError::Internal(format!("background task failed: {e}"))
+    }
+}

@@ -1,0 +1,276 @@
+//! The Ingest service: sessions, clock exchanges, log batches, process ends and snapshots.
+
+use crate::error::ServiceError;
+use crate::job::Job;
+use crate::jobs::Jobs;
+use crate::metrics::Metrics;
+use crate::snapshots::SnapshotStore;
+use coroner_model::{ClockSample, JobId, ProcessEnd, Rank, SnapshotSummary};
+use coroner_proto::convert::line_from_wire;
+use coroner_proto::v1::{self, ingest_server::Ingest};
+use coroner_store::SessionRecord;
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+#[derive(Clone)]
+struct Session {
+    job: Arc<Job>,
+    rank: Option<Rank>,
+    host: String,
+    world_size: Option<u32>,
+}
+
+pub struct IngestService {
+    jobs: Arc<Jobs>,
+    snapshots: Arc<SnapshotStore>,
+    metrics: Arc<Metrics>,
+    sessions: Mutex<HashMap<String, Session>>,
+}
+
+impl IngestService {
+    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>) -> Self {
+        IngestService { jobs, snapshots, metrics, sessions: Mutex::new(HashMap::new()) }
+    }
+
+    fn session(&self, id: &str) -> Result<Session, ServiceError> {
+        self.sessions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(id).cloned())
+            .ok_or_else(|| ServiceError::FailedPrecondition(format!("unknown session {id:?} (the server restarted?); open a new session")))
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+type AckStream = Pin<Box<dyn Stream<Item = Result<v1::BatchAck, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Ingest for IngestService {
+    async fn open_session(&self, req: Request<v1::OpenSessionRequest>) -> Result<Response<v1::OpenSessionResponse>, Status> {
+        let r = req.into_inner();
+        let job_id = JobId::parse(&r.job_id).map_err(|e| ServiceError::InvalidArgument(format!("job id: {e}")))?;
+        if let (Some(rank), Some(world)) = (r.rank, r.world_size) {
+            if rank >= world {
+                return Err(ServiceError::InvalidArgument(format!("rank {rank} is beyond the world size {world}")).into());
+            }
+        }
+        let now = now_ns();
+        self.jobs.store.touch_job(&job_id, r.world_size, now).await.map_err(ServiceError::from)?;
+        let job = self.jobs.get(&job_id, true).await?;
+        let session_id = uuid::Uuid::new_v4().to_string();
+        let record = SessionRecord {
+            session_id: session_id.clone(),
+            job_id: job_id.clone(),
+            rank: r.rank.map(Rank),
+            local_rank: r.local_rank,
+            world_size: r.world_size,
+            host: r.host.clone(),
+            pid: r.pid,
+            launcher: r.launcher.clone(),
+            agent_instance: r.agent_instance.clone(),
+            versions: r.versions.clone().into_iter().collect(),
+            opened_ns: now,
+        };
+        self.jobs.store.open_session(&record).await.map_err(ServiceError::from)?;
+        job.update(|p| {
+            if let Some(w) = r.world_size {
+                p.set_world_size(w);
+            }
+            if let Some(rank) = r.rank {
+                p.set_host(Rank(rank), &r.host);
+            }
+            if let Some(base) = r.node_rank_base {
+                p.set_node_rank_base(base);
+            }
+        });
+        let resume_from = job
+            .positions()
+            .into_iter()
+            .map(|((rank, stream), next)| {
+                let rank = rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
+                (format!("{rank}/{}", stream.as_str()), next)
+            })
+            .collect();
+        self.sessions.lock().map_err(|_| ServiceError::Internal("session table lock".into()))?.insert(
+            session_id.clone(),
+            Session { job, rank: r.rank.map(Rank), host: r.host, world_size: r.world_size },
+        );
+        tracing::info!(job = %job_id, rank = ?r.rank, session = %session_id, "session opened");
+        Ok(Response::new(v1::OpenSessionResponse { session_id, resume_from }))
+    }
+
+    async fn sync_clock(&self, req: Request<v1::ClockProbe>) -> Result<Response<v1::ClockProbe>, Status> {
+        let t2 = now_ns();
+        let mut probe = req.into_inner();
+        probe.t2_server_recv_ns = t2;
+        probe.t3_server_send_ns = now_ns();
+        Ok(Response::new(probe))
+    }
+
+    type ShipLogsStream = AckStream;
+
+    async fn ship_logs(&self, req: Request<Streaming<v1::LogBatch>>) -> Result<Response<Self::ShipLogsStream>, Status> {
+        let mut batches = req.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let sessions: HashMap<String, Session> = self.sessions.lock().map(|s| s.clone()).unwrap_or_default();
+        let store = self.jobs.store.clone();
+        let metrics = self.metrics.clone();
+        metrics.agents_connected.fetch_add(1, Relaxed);
+        tokio::spawn(async move {
+            while let Some(batch) = batches.next().await {
+                let batch = match batch {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "log stream ended");
+                        break;
+                    }
+                };
+                let result = handle_batch(&sessions, &store, batch).await;
+                let failed = result.is_err();
+                if tx.send(result.map_err(Status::from)).await.is_err() || failed {
+                    break;
+                }
+            }
+            metrics.agents_connected.fetch_sub(1, Relaxed);
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn report_exit(&self, req: Request<v1::ProcessExit>) -> Result<Response<v1::ExitAck>, Status> {
+        let r = req.into_inner();
+        let session = self.session(&r.session_id)?;
+        self.metrics.dropped_lines_reported.fetch_add(r.dropped_lines, Relaxed);
+        let Some(rank) = r.rank.map(Rank).or(session.rank) else {
+            // A launcher agent's own end: the workers' ends come from their own reports or the launcher's table.
+            session.job.update(|p| p.add_note(format!(
+                "the launcher on {} ended ({})",
+                session.host,
+                describe(r.exit_code, r.signal)
+            )));
+            return Ok(Response::new(v1::ExitAck {}));
+        };
+        if let Some(w) = session.world_size {
+            if rank.0 >= w {
+                return Err(ServiceError::InvalidArgument(format!("rank {rank} is beyond the world size {w}")).into());
+            }
+        }
+        let end = ProcessEnd { rank, exit_code: r.exit_code, signal: r.signal, at_ns: (r.at_ns != 0).then_some(r.at_ns) };
+        self.jobs.store.record_exit(&session.job.id, &end).await.map_err(ServiceError::from)?;
+        let ends = self.jobs.store.process_ends(&session.job.id).await.map_err(ServiceError::from)?.len() as u32;
+        if r.dropped_lines > 0 {
+            session.job.update(|p| p.add_note(format!("rank {rank}'s agent dropped {} lines (its spool was full)", r.dropped_lines)));
+        }
+        session.job.update(|p| {
+            p.add_end(end);
+            if session.world_size.is_some_and(|w| ends >= w) {
+                p.set_finished(true);
+            }
+        });
+        Ok(Response::new(v1::ExitAck {}))
+    }
+
+    async fn upload_snapshot(&self, req: Request<Streaming<v1::SnapshotChunk>>) -> Result<Response<v1::SnapshotAck>, Status> {
+        let mut chunks = req.into_inner();
+        let mut upload = None;
+        let mut session = None;
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk?;
+            if session.is_none() {
+                session = Some(self.session(&chunk.session_id)?);
+            }
+            if let Some(h) = chunk.header.clone() {
+                upload = Some(self.snapshots.begin(h)?);
+            }
+            let u = upload.as_mut().ok_or_else(|| ServiceError::InvalidArgument("the first chunk must carry the snapshot header".into()))?;
+            u.write(chunk.offset, &chunk.data)?;
+            if chunk.last {
+                break;
+            }
+        }
+        let (session, upload) = match (session, upload) {
+            (Some(s), Some(u)) => (s, u),
+            _ => return Err(ServiceError::InvalidArgument("empty snapshot upload".into()).into()),
+        };
+        let stored = upload.finish()?;
+        let record = coroner_store::SnapshotRecord {
+            job_id: session.job.id.clone(),
+            rank: stored.header.rank.map(Rank).or(session.rank),
+            kind: stored.header.kind.clone(),
+            name: stored.header.name.clone(),
+            size: stored.header.size,
+            sha256: stored.header.sha256.clone(),
+            captured_ns: stored.header.captured_ns,
+            stored_bytes: stored.stored_bytes,
+        };
+        let fresh = self.jobs.store.add_snapshot(&record).await.map_err(ServiceError::from)?;
+        if fresh {
+            self.metrics.snapshots.fetch_add(1, Relaxed);
+            session.job.update(|p| p.add_snapshot(SnapshotSummary {
+                rank: record.rank,
+                kind: record.kind.clone(),
+                name: record.name.clone(),
+                size: record.size,
+                sha256: record.sha256.clone(),
+                highlights: Vec::new(),
+            }));
+        }
+        Ok(Response::new(v1::SnapshotAck { snapshot_id: record.sha256, deduplicated: !fresh || stored.deduplicated }))
+    }
+}
+
+fn describe(exit_code: Option<i32>, signal: Option<i32>) -> String {
+    match (signal, exit_code) {
+        (Some(s), _) => format!("signal {s}"),
+        (None, Some(c)) => format!("exit code {c}"),
+        _ => "end unknown".into(),
+    }
+}
+
+async fn handle_batch(
+    sessions: &HashMap<String, Session>,
+    store: &Arc<dyn coroner_store::Metastore>,
+    batch: v1::LogBatch,
+) -> Result<v1::BatchAck, ServiceError> {
+    let session = sessions.get(&batch.session_id).ok_or_else(|| {
+        ServiceError::FailedPrecondition(format!("unknown session {:?}: open the session before shipping logs", batch.session_id))
+    })?;
+    let mut lines = Vec::with_capacity(batch.lines.len());
+    for l in batch.lines {
+        let line = line_from_wire(l, session.rank).map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+        if let (Some(r), Some(w)) = (line.rank, session.world_size) {
+            if r.0 >= w {
+                return Err(ServiceError::InvalidArgument(format!("line {} names rank {r}, beyond the world size {w}", line.seq)));
+            }
+        }
+        lines.push(line);
+    }
+    if !batch.clock.is_empty() {
+        if let Some(rank) = session.rank {
+            let samples: Vec<ClockSample> = batch
+                .clock
+                .iter()
+                .map(|c| ClockSample {
+                    rank,
+                    t1_agent_send: c.t1_agent_send_ns,
+                    t2_server_recv: c.t2_server_recv_ns,
+                    t3_server_send: c.t3_server_send_ns,
+                    t4_agent_recv: c.t4_agent_recv_ns,
+                })
+                .collect();
+            store.add_clock_samples(&session.job.id, &samples).await?;
+            session.job.update(|p| p.add_clock_samples(samples));
+        }
+    }
+    let duplicates = session.job.commit(lines, session.host.clone()).await?;
+    Ok(v1::BatchAck { batch_id: batch.batch_id, duplicates })
+}

@@ -1,0 +1,118 @@
+//! coronerd as a library, so tests can start the real server on ephemeral ports.
+//!
+//! [`run`] opens the store, serves gRPC (ingest, query, health, reflection) and HTTP (the web page
+//! and `/metrics`) until the shutdown token fires, then stops accepting, lets in-flight commits
+//! finish, and closes.
+
+pub mod config;
+mod error;
+mod http;
+mod ingest;
+mod job;
+mod jobs;
+pub mod metrics;
+mod query;
+mod snapshots;
+
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+pub use config::Config;
+
+/// The addresses a running server actually bound (ports may have been 0).
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+}
+
+/// Runs the server until `shutdown` is cancelled.
+pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let (server, _bound) = start(config, shutdown.clone()).await?;
+    server.await
+}
+
+/// Starts the server and returns once it listens: a future that runs it to the end, and its addresses.
+pub async fn start(
+    config: Config,
+    shutdown: CancellationToken,
+) -> anyhow::Result<(impl std::future::Future<Output = anyhow::Result<()>>, Bound)> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("create the data dir {}", config.data_dir.display()))?;
+    let rules = load_rules(&config)?;
+    let store = coroner_store::connect(&config.database_url())
+        .await
+        .with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone()));
+    let snapshot_store = Arc::new(snapshots::SnapshotStore::new(config.data_dir.join("snapshots"), config.snapshot_cap_bytes)?);
+
+    let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
+        .await
+        .with_context(|| format!("bind the gRPC address {} (in use? set --grpc-addr)", config.grpc_addr))?;
+    let http_listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("bind the HTTP address {} (in use? set --http-addr)", config.http_addr))?;
+    let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
+    tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), "coronerd listening");
+
+    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone());
+    let query = query::QueryService::new(jobs.clone());
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
+    health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(coroner_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("build the reflection service")?;
+
+    let grpc_shutdown = shutdown.clone();
+    let grpc = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(
+            coroner_proto::v1::ingest_server::IngestServer::new(ingest)
+                .max_decoding_message_size(64 << 20),
+        )
+        .add_service(coroner_proto::v1::query_server::QueryServer::new(query))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+            async move { grpc_shutdown.cancelled().await },
+        );
+    let http_shutdown = shutdown.clone();
+    let app = http::router(jobs.clone(), metrics.clone());
+    let http = axum::serve(http_listener, app).with_graceful_shutdown(async move { http_shutdown.cancelled().await });
+
+    let server = async move {
+        let (g, h) = tokio::join!(grpc, http);
+        g.context("gRPC server")?;
+        h.context("HTTP server")?;
+        // The front is closed; flush the back: every acknowledged batch is committed already,
+        // finish the commits in flight and write final reports.
+        jobs.shutdown().await;
+        tracing::info!("coronerd stopped");
+        Ok(())
+    };
+    Ok((server, bound))
+}
+
+fn load_rules(config: &Config) -> anyhow::Result<coroner_analysis::RuleSet> {
+    match &config.rules {
+        None => Ok(coroner_analysis::RuleSet::builtin()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("read rules file {}", p.display()))?;
+            let user = coroner_analysis::RuleSet::parse(&text).with_context(|| format!("load rules file {}", p.display()))?;
+            Ok(coroner_analysis::RuleSet::with_overrides(user))
+        }
+    }
+}
+
+/// A database URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
+        _ => url.to_string(),
+    }
+}
