@@ -2,5 +2,26 @@
 //!
 //! Total by construction: parsing never fails and never drops a line. A line no parser
 //! understands produces no event and stays a plain, searchable line in the index.
+//!
+//! [`RankParser`] is the entry point; one per (owner rank, stream). The format families live in
+//! their own modules: [`glog`] headers, [`c10d`] messages, [`nccl`] debug lines, [`python`]
+//! tracebacks and faulthandler dumps, [`launcher`] (torchrun, Slurm), [`kernel`], [`failures`]
+//! (logging records and bare failure lines), [`steps`], printed [`time`]s, and a Drain-style
+//! [`template`] miner.
 
+pub mod c10d;
+pub mod failures;
+pub mod glog;
+pub mod kernel;
+pub mod launcher;
+pub mod nccl;
+mod parser;
 pub mod prefix;
+mod python;
+pub mod steps;
+pub mod template;
+pub mod time;
+mod util;
+
+pub use parser::{ParseDiagnostic, RankParser, MAX_LINE};
+pub use template::{TemplateId, TemplateMiner};

@@ -1,0 +1,235 @@
+//! Failure lines that are not part of a larger structure: Python logging records at ERROR and
+//! above, bare `SomeError: message` lines, and well-known failure phrases (CUDA asserts and OOM,
+//! NaN guards, shape and state_dict errors, DataLoader deaths, TensorFlow and Horovod failures).
+//! One Aho-Corasick pass decides whether a line is worth a closer look.
+
+use crate::c10d;
+use crate::python::exc_header;
+use aho_corasick::AhoCorasick;
+use coroner_model::EventKind;
+use std::sync::LazyLock;
+
+/// A Python logging record's level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Debug,
+    Info,
+    Warning,
+    Error,
+}
+
+fn level_of(w: &str) -> Option<Level> {
+    Some(match w {
+        "DEBUG" => Level::Debug,
+        "INFO" => Level::Info,
+        "WARNING" | "WARN" => Level::Warning,
+        "ERROR" | "CRITICAL" | "FATAL" => Level::Error,
+        _ => return None,
+    })
+}
+
+/// A Python logging record: `2026-11-30 08:58:51,398 ERROR [rank1] train: msg`,
+/// `[2026-11-30 08:58:51,398][ERROR] msg`, `2026-11-30 08:58:51,398 - name - ERROR - msg`,
+/// `ERROR:root:msg`. Returns the level and the message after the level.
+pub fn pylog(t: &str) -> Option<(Level, &str)> {
+    let b = t.as_bytes();
+    let first = *b.first()?;
+    if first.is_ascii_uppercase() {
+        // `LEVEL:logger:message`
+        let colon = t.get(..12)?.find(':').or_else(|| t.find(':').filter(|c| *c <= 8))?;
+        let lvl = level_of(&t[..colon])?;
+        let r = &t[colon + 1..];
+        let msg = match r.find(':') {
+            Some(c) if !r[..c].contains(' ') => &r[c + 1..],
+            _ => r,
+        };
+        return Some((lvl, msg));
+    }
+    let date_at = usize::from(first == b'[');
+    let d = b.get(date_at..date_at + 10)?;
+    if !(d[..4].iter().all(u8::is_ascii_digit) && d[4] == b'-' && d[7] == b'-') {
+        return None;
+    }
+    let head_end = t.len().min(date_at + 96);
+    let mut i = date_at + 10;
+    while i < head_end {
+        let c = b[i];
+        if c.is_ascii_uppercase() && !b[i - 1].is_ascii_alphanumeric() {
+            let n = b[i..head_end].iter().take_while(|c| c.is_ascii_uppercase()).count();
+            let after = b.get(i + n).copied();
+            if !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
+                if let Some(lvl) = t.get(i..i + n).and_then(level_of) {
+                    let msg = t[i + n..].trim_start_matches([' ', ']', '-', ':', '|']);
+                    return Some((lvl, msg));
+                }
+            }
+            i += n.max(1);
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Act {
+    Warn,
+    Error,
+    C10d,
+}
+
+const PHRASES: &[(&str, Act)] = &[
+    ("device-side assert triggered", Act::Error),
+    ("Assertion `", Act::Error),
+    ("CUDA out of memory", Act::Error),
+    ("CUDA error: ", Act::Error),
+    ("returned nan values", Act::Error),
+    ("Tensor had NaN values", Act::Error),
+    ("Tensor had Inf values", Act::Error),
+    ("check_numerics", Act::Error),
+    ("mat1 and mat2 shapes cannot be multiplied", Act::Error),
+    ("must match the size of tensor", Act::Error),
+    ("Error(s) in loading state_dict", Act::Error),
+    ("index out of range in self", Act::Error),
+    ("indexSelectLargeIndex", Act::Error),
+    ("indexSelectSmallIndex", Act::Error),
+    ("DataLoader worker (pid", Act::Error),
+    ("exited unexpectedly", Act::Error),
+    ("Unexpected bus error encountered in worker", Act::Error),
+    ("insufficient shared memory", Act::Error),
+    ("OOM when allocating tensor", Act::Error),
+    ("Aborting RingReduce", Act::Error),
+    ("Collective ops is aborted", Act::Error),
+    ("One or more tensors were submitted to be reduced", Act::Error),
+    ("Stalled ranks:", Act::Error),
+    ("Missing ranks:", Act::Error),
+    ("Segmentation fault", Act::Error),
+    ("core dumped", Act::Error),
+    ("Bus error", Act::Error),
+    ("Illegal instruction", Act::Error),
+    ("Killed", Act::Error),
+    ("NCCL error", Act::Error),
+    ("ncclRemoteError", Act::Error),
+    ("ncclSystemError", Act::Error),
+    ("ncclInternalError", Act::Error),
+    ("ncclUnhandledCudaError", Act::Error),
+    ("unhandled cuda error", Act::Error),
+    ("Gradient overflow", Act::Warn),
+    ("OVERFLOW!", Act::Warn),
+    ("destroy_process_group() was not called", Act::Warn),
+    ("is deprecated", Act::Warn),
+    ("Watchdog caught", Act::C10d),
+    ("last enqueued", Act::C10d),
+    ("Received a dump signal", Act::C10d),
+    ("watchdog got stuck", Act::C10d),
+    ("Desync debug report", Act::C10d),
+    ("lagging ranks", Act::C10d),
+    ("Detected mismatch between collectives", Act::C10d),
+    ("[c10d]", Act::C10d),
+    ("TCPStore", Act::C10d),
+    ("Terminating the process after attempting", Act::C10d),
+    ("we are taking the entire process down", Act::C10d),
+    ("Connection closed by peer", Act::C10d),
+    ("Timed out waiting", Act::C10d),
+];
+
+static AC: LazyLock<Option<AhoCorasick>> =
+    LazyLock::new(|| AhoCorasick::new(PHRASES.iter().map(|(p, _)| *p)).ok());
+
+fn strongest(t: &str) -> Option<Act> {
+    let ac = AC.as_ref()?;
+    ac.find_overlapping_iter(t).take(16).filter_map(|m| PHRASES.get(m.pattern().as_usize()).map(|p| p.1)).max()
+}
+
+/// Whether a message holds a failure phrase (used to upgrade glog warnings such as Horovod's stall).
+pub fn has_failure_phrase(t: &str) -> bool {
+    strongest(t) == Some(Act::Error)
+}
+
+/// A bare line (no glog or logging header): a `SomeError: message` line, or a failure phrase.
+pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
+    let before = out.len();
+    if let Some((ty, msg)) = exc_header(t) {
+        let short = ty.rsplit('.').next().unwrap_or(ty);
+        let errorish = ["Error", "Exception", "Interrupt", "Failure", "Exit", "Abort", "Aborted"]
+            .iter()
+            .any(|s| short.ends_with(s));
+        if errorish && !msg.is_empty() || (errorish && short.len() > 5 && t.trim() == ty) {
+            out.push(EventKind::ErrorLine { message: t.trim_end().to_string() });
+            c10d::specific(msg, out);
+            return true;
+        }
+        if short.ends_with("Warning") && !msg.is_empty() {
+            out.push(EventKind::Warning { message: t.trim_end().to_string() });
+            return true;
+        }
+    }
+    match strongest(t) {
+        Some(Act::C10d) => {
+            if !c10d::classify_body(t, out) && has_failure_phrase(t) {
+                out.push(EventKind::ErrorLine { message: t.trim().to_string() });
+            }
+        }
+        Some(Act::Error) => {
+            out.push(EventKind::ErrorLine { message: t.trim().to_string() });
+            c10d::specific(t, out);
+        }
+        Some(Act::Warn) => out.push(EventKind::Warning { message: t.trim().to_string() }),
+        None => {}
+    }
+    out.len() > before
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logging_records() {
+        let cases: &[(&str, Option<(Level, &str)>)] = &[
+            ("2026-11-30 08:58:43,160 ERROR [rank1] train: uncaught RuntimeError: boom", Some((Level::Error, "[rank1] train: uncaught RuntimeError: boom"))),
+            ("2026-11-30 08:58:51,398 INFO [rank0] train: step 4 loss 1.45", Some((Level::Info, "[rank0] train: step 4 loss 1.45"))),
+            ("[2026-11-30 08:58:51,398][CRITICAL] disk full", Some((Level::Error, "disk full"))),
+            ("2026-11-30 08:58:51,398 - trainer - ERROR - loss is nan", Some((Level::Error, "loss is nan"))),
+            ("2026-11-30 08:58:51,398 - trainer - WARNING - slow", Some((Level::Warning, "slow"))),
+            ("ERROR:root:something broke", Some((Level::Error, "something broke"))),
+            ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1)", Some((Level::Error, "failed (exitcode: 1)"))),
+            ("RuntimeError: x", None),
+            ("2026-11-30 08:58:51,398 Something Else", None),
+        ];
+        for (t, want) in cases {
+            assert_eq!(pylog(t), *want, "{t}");
+        }
+    }
+
+    fn kinds(t: &str) -> Vec<EventKind> {
+        let mut out = Vec::new();
+        bare(t, &mut out);
+        out
+    }
+
+    #[test]
+    fn bare_failures() {
+        for t in [
+            "RuntimeError: CUDA error: device-side assert triggered",
+            "/pytorch/aten/src/ATen/native/cuda/IndexKernelUtils.cu:16: vectorized_gather_kernel: block: [146,0,0], thread: [0,0,0] Assertion `ind >=0 && ind < ind_dim_size && \"vectorized gather kernel index out of bounds\"` failed.",
+            "/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1289: indexSelectLargeIndex: block: [0,0,0], thread: [0,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+            "IndexError: index out of range in self",
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+            "RuntimeError: DataLoader worker (pid 1234) is killed by signal: Killed.",
+            "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8192,8192] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+            "InvalidArgumentError: Incompatible shapes: [32,10] vs. [32,20]",
+            "RuntimeError: The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 1",
+            "Segmentation fault (core dumped)",
+        ] {
+            let k = kinds(t);
+            assert!(matches!(k.first(), Some(EventKind::ErrorLine { .. })), "{t}: {k:?}");
+        }
+        assert!(matches!(kinds("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0").first(), Some(EventKind::Warning { .. })));
+        assert!(kinds("Search for `cudaErrorAssert' in https://docs.nvidia.com for more information.").is_empty());
+        assert!(kinds("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.").is_empty());
+        assert!(kinds("    main()").is_empty());
+        let k = kinds("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer [127.0.0.1]:49353");
+        assert!(matches!(k.as_slice(), [EventKind::ErrorLine { .. }, EventKind::ConnectionClosed { .. }]), "{k:?}");
+    }
+}

@@ -1,0 +1,216 @@
+//! Launchers and schedulers: torchrun / torch.distributed.elastic (`failed (exitcode: N)`,
+//! `Sending process N closing signal SIGTERM`, the `ChildFailedError` failure table) and Slurm
+//! (`srun: error: node12: task 3: Killed`, `slurmstepd: error: *** JOB 1234 ... CANCELLED ...`).
+
+use crate::parser::{Ctx, Origin, Step};
+use crate::time::printed_time;
+use crate::util::{inum_after, leading_i64, leading_u64, num_after};
+use coroner_model::{Event, EventKind, LauncherFailure, Nanos, Rank};
+
+/// torchrun's own one-line reports (after a glog or `LEVEL:logger:` header).
+pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
+    if let Some(at) = body.find("failed (exitcode: ") {
+        let r = &body[at..];
+        let code = inum_after(r, "failed (exitcode:").and_then(|v| i32::try_from(v).ok());
+        let (exit_code, signal) = split_code(code);
+        out.push(EventKind::LauncherWorkerFailed(LauncherFailure {
+            global_rank: None,
+            local_rank: num_after(r, "local_rank:").and_then(|v| u32::try_from(v).ok()),
+            exit_code,
+            signal,
+            pid: num_after(r, "(pid:").and_then(|v| u32::try_from(v).ok()),
+            host: None,
+            root_cause_row: false,
+        }));
+        return true;
+    }
+    if let Some(at) = body.find("Sending process ") {
+        let r = &body[at + "Sending process ".len()..];
+        if let Some(sig_at) = r.find("closing signal ") {
+            let signal = r[sig_at + "closing signal ".len()..].split_whitespace().next().unwrap_or("").to_string();
+            let pid = leading_u64(r).and_then(|v| u32::try_from(v).ok());
+            out.push(EventKind::LauncherSignal { pid, signal });
+            return true;
+        }
+    }
+    false
+}
+
+/// A negative exit code from torchrun is `-signal`.
+fn split_code(code: Option<i32>) -> (Option<i32>, Option<i32>) {
+    match code {
+        Some(c) if c < 0 => (None, Some(-c)),
+        other => (other, None),
+    }
+}
+
+/// Slurm's own lines; `None` when the line is not one.
+pub fn slurm(t: &str) -> Option<EventKind> {
+    let is_srun = t.starts_with("srun: error:") || t.starts_with("srun: Job step aborted") || t.starts_with("srun: forcing job termination");
+    let is_stepd = t.starts_with("slurmstepd: error:") && t.contains("***");
+    let banner = (t.starts_with("*** JOB ") || t.starts_with("*** STEP ")) && t.contains("CANCELLED");
+    if t.starts_with("slurmstepd: error:") && t.contains("oom_kill event") {
+        return Some(EventKind::OomKill { pid: None, process: None });
+    }
+    (is_srun || is_stepd || banner).then(|| EventKind::SchedulerEnd { message: t.trim().to_string() })
+}
+
+#[derive(Debug)]
+struct Row {
+    origin: Option<Origin>,
+    text: String,
+    printed: Option<Nanos>,
+    f: LauncherFailure,
+}
+
+/// The `ChildFailedError` table: `Failures:` / `Root Cause (first observed failure):` sections of
+/// `[N]:` rows with `time`, `host`, `rank`, `exitcode`, `traceback` fields. One event per row.
+#[derive(Debug)]
+pub(crate) struct FailureTable {
+    in_root: bool,
+    row: Option<Row>,
+    lines: u32,
+}
+
+fn is_row_start(t: &str) -> bool {
+    let t = t.trim();
+    t.len() >= 4 && t.starts_with('[') && t.ends_with("]:") && t[1..t.len() - 2].bytes().all(|c| c.is_ascii_digit())
+}
+
+impl FailureTable {
+    pub(crate) fn start(ctx: &Ctx<'_>) -> Option<Self> {
+        let t = ctx.text.trim();
+        if t == "Failures:" {
+            Some(FailureTable { in_root: false, row: None, lines: 0 })
+        } else if t == "Root Cause (first observed failure):" {
+            Some(FailureTable { in_root: true, row: None, lines: 0 })
+        } else {
+            None
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<Event>) {
+        if let Some(row) = self.row.take() {
+            if let Some(origin) = row.origin {
+                let mut f = row.f;
+                f.root_cause_row = self.in_root;
+                let mut o = origin;
+                o.printed_ns = row.printed.or(o.printed_ns);
+                out.push(o.event(EventKind::LauncherWorkerFailed(f), row.text));
+            }
+        }
+    }
+
+    pub(crate) fn feed(&mut self, ctx: &Ctx<'_>, out: &mut Vec<Event>) -> Step {
+        self.lines += 1;
+        let t = ctx.text.trim();
+        if self.lines > 10_000 {
+            self.flush(out);
+            return Step::EndNotConsumed;
+        }
+        if t == "Failures:" {
+            self.flush(out);
+            self.in_root = false;
+            return Step::Consumed;
+        }
+        if t == "Root Cause (first observed failure):" {
+            self.flush(out);
+            self.in_root = true;
+            return Step::Consumed;
+        }
+        if is_row_start(t) {
+            self.flush(out);
+            self.row = Some(Row {
+                origin: Some(ctx.origin()),
+                text: t.to_string(),
+                printed: None,
+                f: LauncherFailure {
+                    global_rank: None,
+                    local_rank: None,
+                    exit_code: None,
+                    signal: None,
+                    pid: None,
+                    host: None,
+                    root_cause_row: false,
+                },
+            });
+            return Step::Consumed;
+        }
+        if t == "<NO_OTHER_FAILURES>" || t.is_empty() {
+            return Step::Consumed;
+        }
+        if t.starts_with("----") {
+            self.flush(out);
+            return Step::Consumed;
+        }
+        if t.starts_with("====") {
+            self.flush(out);
+            return if self.in_root { Step::EndConsumed } else { Step::Consumed };
+        }
+        if let (Some(row), Some(colon)) = (self.row.as_mut(), t.find(':')) {
+            let key = t[..colon].trim();
+            let val = t[colon + 1..].trim();
+            match key {
+                "time" => row.printed = printed_time(val, ctx.capture_ns),
+                "host" => row.f.host = Some(val.to_string()),
+                "rank" => {
+                    row.f.global_rank = leading_u64(val).and_then(|v| u32::try_from(v).ok()).map(Rank);
+                    row.f.local_rank = num_after(val, "local_rank:").and_then(|v| u32::try_from(v).ok());
+                }
+                "exitcode" => {
+                    let code = leading_i64(val).and_then(|v| i32::try_from(v).ok());
+                    let (exit_code, signal) = split_code(code);
+                    row.f.exit_code = exit_code;
+                    row.f.signal = row.f.signal.or(signal);
+                    row.f.pid = num_after(val, "(pid:").and_then(|v| u32::try_from(v).ok());
+                    row.text = t.to_string();
+                }
+                "traceback" => {
+                    if let Some(s) = val.strip_prefix("Signal ").and_then(leading_i64) {
+                        row.f.signal = i32::try_from(s).ok();
+                        row.f.exit_code = None;
+                    }
+                }
+                "error_file" => {}
+                _ => {
+                    self.flush(out);
+                    return Step::EndNotConsumed;
+                }
+            }
+            return Step::Consumed;
+        }
+        self.flush(out);
+        Step::EndNotConsumed
+    }
+
+    pub(crate) fn finish(mut self, out: &mut Vec<Event>) {
+        self.flush(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn torchrun_lines() {
+        let mut out = Vec::new();
+        assert!(classify_body("failed (exitcode: 1) local_rank: 1 (pid: 3191) of binary: /opt/torch/.venv/bin/python", &mut out));
+        assert!(classify_body("Sending process 3190 closing signal SIGTERM", &mut out));
+        // Older torchrun: `ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 12) of binary: x`
+        assert!(classify_body("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 12) of binary: x", &mut out));
+        assert_eq!(out[0], EventKind::LauncherWorkerFailed(LauncherFailure { global_rank: None, local_rank: Some(1), exit_code: Some(1), signal: None, pid: Some(3191), host: None, root_cause_row: false }));
+        assert_eq!(out[1], EventKind::LauncherSignal { pid: Some(3190), signal: "SIGTERM".into() });
+        assert!(matches!(&out[2], EventKind::LauncherWorkerFailed(f) if f.signal == Some(9) && f.exit_code.is_none()));
+        assert!(!classify_body("Setting OMP_NUM_THREADS environment variable", &mut out));
+    }
+
+    #[test]
+    fn slurm_lines() {
+        assert!(matches!(slurm("srun: error: node12: task 3: Killed"), Some(EventKind::SchedulerEnd { .. })));
+        assert!(matches!(slurm("slurmstepd: error: *** JOB 1234 ON node12 CANCELLED AT 2026-11-30T08:59:11 DUE TO TIME LIMIT ***"), Some(EventKind::SchedulerEnd { .. })));
+        assert!(matches!(slurm("slurmstepd: error: *** STEP 1234.0 ON node12 CANCELLED AT 2026-11-30T08:59:11 ***"), Some(EventKind::SchedulerEnd { .. })));
+        assert!(matches!(slurm("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed."), Some(EventKind::OomKill { .. })));
+        assert!(slurm("srun: launching job").is_none());
+    }
+}

@@ -1,0 +1,204 @@
+//! NCCL's own debug lines: `host:pid:tid [dev] [file.cc:123 ]NCCL INFO|WARN message`, optionally
+//! preceded by a `[YYYY-MM-DD HH:MM:SS] ` timestamp (NCCL >= 2.23, WARN by default).
+//!
+//! INFO lines are most of a job's volume: [`split`] is byte-level and the INFO path only looks at
+//! the message's first and last bytes before anything else.
+
+use crate::util::{leading_u64, num_after};
+use coroner_model::{EventKind, PeerRef, Rank};
+use regex::Regex;
+use std::sync::LazyLock;
+
+/// The parts of an NCCL debug line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclLine<'a> {
+    pub host: &'a str,
+    pub pid: u32,
+    pub tid: u32,
+    pub dev: &'a str,
+    /// `INFO`, `WARN`, `TRACE`, `ABORT`.
+    pub level: &'a str,
+    pub msg: &'a str,
+}
+
+/// Splits an NCCL debug line, or `None` for any other line (cheaply).
+pub fn split(s: &str) -> Option<NcclLine<'_>> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    if b.first() == Some(&b'[') && b.get(1).is_some_and(u8::is_ascii_digit) {
+        i = memchr::memchr(b']', &b[..b.len().min(48)])? + 1;
+        while b.get(i) == Some(&b' ') {
+            i += 1;
+        }
+    }
+    let start = i;
+    // host: up to the first ':' (no spaces)
+    let lim = b.len().min(start + 300);
+    let c1 = start + memchr::memchr(b':', &b[start..lim])?;
+    if c1 == start || b[start..c1].contains(&b' ') {
+        return None;
+    }
+    let (pid, n1) = digits(&b[c1 + 1..])?;
+    if b.get(c1 + 1 + n1) != Some(&b':') {
+        return None;
+    }
+    let (tid, n2) = digits(&b[c1 + 2 + n1..])?;
+    let mut j = c1 + 2 + n1 + n2;
+    if b.get(j) != Some(&b' ') || b.get(j + 1) != Some(&b'[') {
+        return None;
+    }
+    let close = j + 1 + memchr::memchr(b']', &b[j + 1..b.len().min(j + 16)])?;
+    let dev = s.get(j + 2..close)?;
+    j = close + 1;
+    // Optional `file.cc:123 ` before `NCCL `.
+    let window = &b[j..b.len().min(j + 120)];
+    let k = j + memchr::memmem::find(window, b"NCCL ")?;
+    let after = s.get(k + 5..)?;
+    let sp = after.find(' ').unwrap_or(after.len());
+    let level = &after[..sp];
+    if !matches!(level, "INFO" | "WARN" | "TRACE" | "ABORT") {
+        return None;
+    }
+    let msg = after.get(sp + 1..).unwrap_or("");
+    Some(NcclLine { host: s.get(start..c1)?, pid, tid, dev, level, msg })
+}
+
+fn digits(b: &[u8]) -> Option<(u32, usize)> {
+    let n = b.iter().take(10).take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 {
+        return None;
+    }
+    let v = b[..n].iter().fold(0u64, |a, c| a * 10 + u64::from(c - b'0'));
+    Some((u32::try_from(v).ok()?, n))
+}
+
+static INIT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev \d+)? busId ([0-9a-fA-F]+)")
+        .expect("static regex")
+});
+
+/// What an NCCL line means. `seen_comms` keeps `Init START`/`Init COMPLETE` of one comm to one event.
+pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<EventKind>) {
+    let m = l.msg;
+    if l.level == "INFO" {
+        if m.ends_with("Init START") || m.ends_with("Init COMPLETE") {
+            if let Some(c) = INIT.captures(m) {
+                let comm = c[1].to_string();
+                if seen_comms.contains(&comm) {
+                    return;
+                }
+                if seen_comms.len() < 4096 {
+                    seen_comms.push(comm);
+                }
+                let num = |i: usize| c[i].parse::<u32>().ok();
+                let (Some(rank), Some(nranks)) = (num(2), num(3)) else { return };
+                out.push(EventKind::NcclInit {
+                    host: l.host.to_string(),
+                    pid: l.pid,
+                    rank: Rank(rank),
+                    nranks,
+                    cuda_dev: num(4),
+                    bus_id: Some(c[5].to_string()),
+                });
+            }
+        } else if let Some(r) = m.strip_prefix("[Service thread] Connection closed by localRank ") {
+            let peer = leading_u64(r).and_then(|v| u32::try_from(v).ok()).map(PeerRef::LocalRank);
+            out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
+        } else if m.ends_with("Abort COMPLETE") {
+            out.push(EventKind::Warning { message: format!("NCCL {m}") });
+        }
+        return;
+    }
+    if l.level == "WARN" || l.level == "ABORT" {
+        out.push(EventKind::NcclWarn { message: m.to_string() });
+        if let Some(at) = m.find("Connection closed by remote peer") {
+            let r = m[at + "Connection closed by remote peer".len()..].trim_start();
+            out.push(EventKind::ConnectionClosed { peer: angle_addr(r), transport: "nccl".into() });
+        } else if m.contains("Connection closed by localRank") {
+            let peer = num_after(m, "Connection closed by localRank")
+                .and_then(|v| u32::try_from(v).ok())
+                .map(PeerRef::LocalRank);
+            out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
+        }
+    }
+}
+
+/// `10.0.0.7<53249>` -> `10.0.0.7:53249`; `host<port>` likewise.
+fn angle_addr(r: &str) -> Option<PeerRef> {
+    let tok = r.split_whitespace().next()?;
+    let tok = tok.trim_end_matches([',', '.', ';']);
+    if tok.is_empty() {
+        return None;
+    }
+    match tok.find('<') {
+        Some(lt) => {
+            let port = leading_u64(&tok[lt + 1..])?;
+            Some(PeerRef::Address(format!("{}:{port}", &tok[..lt])))
+        }
+        None => Some(PeerRef::Address(tok.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(line: &str) -> Vec<EventKind> {
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        if let Some(l) = split(line) {
+            classify(&l, &mut seen, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn split_shapes() {
+        let l = split("vm:1141:1141 [0] NCCL INFO Channel 11/0 : 0[0] -> 1[1] via P2P/CUMEM").unwrap();
+        assert_eq!((l.host, l.pid, l.tid, l.dev, l.level), ("vm", 1141, 1141, "0", "INFO"));
+        let l = split("node7:2231:2301 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.7<53249> with error 12, opcode 0, len 0, vendor err 129").unwrap();
+        assert_eq!((l.host, l.dev, l.level), ("node7", "3", "WARN"));
+        assert!(l.msg.starts_with("NET/IB : Got completion"));
+        let l = split("[2026-11-30 08:58:51] vm:1141:1294 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer vm<43210>").unwrap();
+        assert_eq!(l.level, "WARN");
+        assert!(split("2026-11-30 08:58:51,398 INFO [rank0] train: step 4 loss 1.45").is_none());
+        assert!(split("NCCL version 2.28.9+cuda13.0").is_none());
+        assert!(split("a:b:c").is_none());
+    }
+
+    #[test]
+    fn init_once_per_comm_and_old_shape() {
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        for line in [
+            "vm:1141:1141 [0] NCCL INFO ncclCommInitRankConfig comm 0x2db766f0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 commId 0x79479b31a34deafd - Init START",
+            "vm:1141:1141 [0] NCCL INFO ncclCommInitRankConfig comm 0x2db766f0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 commId 0x79479b31a34deafd - Init COMPLETE",
+            "gpu3:77:77 [1] NCCL INFO comm 0x55d0 rank 5 nranks 16 cudaDev 1 busId 1000 - Init COMPLETE",
+        ] {
+            classify(&split(line).unwrap(), &mut seen, &mut out);
+        }
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0], EventKind::NcclInit { host: "vm".into(), pid: 1141, rank: Rank(0), nranks: 2, cuda_dev: Some(0), bus_id: Some("60".into()) });
+        assert!(matches!(&out[1], EventKind::NcclInit { rank: Rank(5), nranks: 16, .. }));
+    }
+
+    #[test]
+    fn connection_closed_and_warns() {
+        assert_eq!(run("vm:1141:1294 [0] NCCL INFO [Service thread] Connection closed by localRank 1"), vec![EventKind::ConnectionClosed { peer: Some(PeerRef::LocalRank(1)), transport: "nccl".into() }]);
+        let out = run("[2026-11-30 08:58:51] vm:1141:1294 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer 10.0.0.7<43210>");
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1], EventKind::ConnectionClosed { peer: Some(PeerRef::Address("10.0.0.7:43210".into())), transport: "nccl".into() });
+        for w in [
+            "n:1:2 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.7<53249> with error 12, opcode 0",
+            "n:1:2 [0] misc/socket.cc:540 NCCL WARN Net : Connection closed by remote peer",
+            "n:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<40000> failed : No route to host",
+            "n:1:2 [0] misc/socket.cc:564 NCCL WARN Socket Timeout",
+            "n:1:2 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'",
+            "n:1:2 [0] transport/shm.cc:590 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)",
+        ] {
+            assert!(matches!(run(w).first(), Some(EventKind::NcclWarn { .. })), "{w}");
+        }
+        assert!(run("n:1:2 [0] NCCL INFO misc/socket.cc:50 -> 6").is_empty());
+        assert!(matches!(run("n:1:2 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1000 - Abort COMPLETE").first(), Some(EventKind::Warning { .. })));
+    }
+}

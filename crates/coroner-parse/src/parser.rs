@@ -1,0 +1,354 @@
+//! [`RankParser`]: the state machine for one (owner rank, stream) sequence of lines.
+//!
+//! Per line: cap at 64 KiB, decode (lossily, with a diagnostic, if not UTF-8), strip rank
+//! prefixes, then either feed the multi-line block open on that prefix "channel" or classify the
+//! line. Blocks are kept per channel (the tuple of prefixes), so a launcher's combined stream with
+//! `[default0]:` and `[default1]:` lines interleaved still reads each worker's traceback whole.
+//!
+//! Classification order: NCCL debug line (byte-level fast path; ordinary INFO lines end here),
+//! block starters (traceback, faulthandler, C++ frames, `terminate called`, torchrun table,
+//! Python warning), glog header (c10d / torchrun / TF / Horovod), Python logging record, Slurm,
+//! kernel, bare failure line, progress (step) line.
+//!
+//! An event's `rank` is the parser's rank, else the line's, else the `[rankN]:` prefix's.
+//! Repeats are collapsed: a `Warning`, `ErrorLine`, `StoreError` or `NcclWarn` whose text has the
+//! same digit-masked template as one emitted within the last 10,000 lines is dropped (thousands
+//! of CUDA kernel assert lines make one event).
+
+use crate::launcher::{self, FailureTable};
+use crate::python::{CppFrames, FaultDump, PyWarning, Terminate, Traceback};
+use crate::time::printed_time;
+use crate::util::{clip, template_hash};
+use crate::{c10d, failures, glog, kernel, nccl, prefix, steps};
+use coroner_model::{Event, EventKind, LineRef, LogLine, Nanos, Rank};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+/// Bytes of a line that are examined; the rest is ignored (with a diagnostic).
+pub const MAX_LINE: usize = 64 * 1024;
+const MAX_TEXT: usize = 16 * 1024;
+const MAX_DIAGNOSTICS: usize = 1000;
+const DEDUP_WINDOW: u64 = 10_000;
+
+/// Something worth knowing about the input that is not an event (never an error).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParseDiagnostic {
+    pub seq: u64,
+    pub message: String,
+}
+
+/// Where an event comes from: the first line of its block.
+#[derive(Debug, Clone)]
+pub(crate) struct Origin {
+    pub rank: Option<Rank>,
+    pub line: LineRef,
+    pub capture_ns: Nanos,
+    pub printed_ns: Option<Nanos>,
+}
+
+impl Origin {
+    pub(crate) fn event(&self, kind: EventKind, text: String) -> Event {
+        Event {
+            rank: self.rank,
+            line: self.line,
+            capture_ns: self.capture_ns,
+            printed_ns: self.printed_ns,
+            kind,
+            text,
+        }
+    }
+}
+
+/// One line, prefix stripped.
+pub(crate) struct Ctx<'a> {
+    pub rank: Option<Rank>,
+    pub line: LineRef,
+    pub capture_ns: Nanos,
+    pub text: &'a str,
+    pub prefixed: bool,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn origin(&self) -> Origin {
+        Origin {
+            rank: self.rank,
+            line: self.line,
+            capture_ns: self.capture_ns,
+            printed_ns: printed_time(self.text, self.capture_ns),
+        }
+    }
+}
+
+/// What a block did with a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The line belongs to the block, which stays open.
+    Consumed,
+    /// The line belongs to the block, which is complete.
+    EndConsumed,
+    /// The line does not belong; the block is complete and the line is read on its own.
+    EndNotConsumed,
+}
+
+#[derive(Debug)]
+enum Block {
+    Traceback(Traceback),
+    Fault(FaultDump),
+    Cpp(CppFrames),
+    Warning(PyWarning),
+    Terminate(Terminate),
+    Table(FailureTable),
+}
+
+type Channel = (Option<u32>, Option<u32>, Option<u32>);
+
+/// Stateful parser for ONE (owner rank, stream) sequence of lines, in capture order.
+#[derive(Debug)]
+pub struct RankParser {
+    rank: Option<Rank>,
+    blocks: Vec<(Channel, Block)>,
+    diagnostics: Vec<ParseDiagnostic>,
+    seen_comms: Vec<String>,
+    recent: HashMap<u64, u64>,
+    lines: u64,
+    scratch: Vec<EventKind>,
+}
+
+impl RankParser {
+    pub fn new(rank: Option<Rank>) -> Self {
+        RankParser {
+            rank,
+            blocks: Vec::new(),
+            diagnostics: Vec::new(),
+            seen_comms: Vec::new(),
+            recent: HashMap::new(),
+            lines: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Diagnostics (invalid UTF-8 seen, line truncated, traceback cut short), never errors.
+    pub fn diagnostics(&self) -> &[ParseDiagnostic] {
+        &self.diagnostics
+    }
+
+    fn diag(&mut self, seq: u64, message: impl Into<String>) {
+        if self.diagnostics.len() < MAX_DIAGNOSTICS {
+            self.diagnostics.push(ParseDiagnostic { seq, message: message.into() });
+        } else if self.diagnostics.len() == MAX_DIAGNOSTICS {
+            self.diagnostics.push(ParseDiagnostic { seq, message: "further diagnostics suppressed".into() });
+        }
+    }
+
+    /// Feed one captured line. Events are pushed to `out`.
+    pub fn push(&mut self, line: &LogLine, out: &mut Vec<Event>) {
+        self.lines += 1;
+        let raw: &[u8] = &line.bytes;
+        let capped = if raw.len() > MAX_LINE {
+            self.diag(line.seq, format!("line of {} bytes: only the first {MAX_LINE} are parsed", raw.len()));
+            &raw[..MAX_LINE]
+        } else {
+            raw
+        };
+        let text: Cow<'_, str> = match std::str::from_utf8(capped) {
+            Ok(s) => Cow::Borrowed(s),
+            // The cap cut a character in two: parse up to it.
+            Err(e) if e.error_len().is_none() && capped.len() < raw.len() => {
+                Cow::Borrowed(std::str::from_utf8(&capped[..e.valid_up_to()]).unwrap_or(""))
+            }
+            Err(_) => {
+                self.diag(line.seq, "invalid UTF-8: read with replacement characters");
+                String::from_utf8_lossy(capped)
+            }
+        };
+        let p = prefix::split_rank_prefix(text.as_bytes());
+        let mut rest = text.get(p.len..).unwrap_or("");
+        let prefixed = p.len > 0;
+        if prefixed && text.as_bytes().get(p.len - 1) == Some(&b':') {
+            rest = rest.strip_prefix(' ').unwrap_or(rest);
+        }
+        let rest = rest.strip_suffix('\r').unwrap_or(rest);
+        let channel: Channel = (p.global_rank, p.local_rank, p.task_id);
+        let ctx = Ctx {
+            rank: self.rank.or(line.rank).or(p.global_rank.map(Rank)),
+            line: LineRef { stream: line.stream, seq: line.seq },
+            capture_ns: line.capture_ns,
+            text: rest,
+            prefixed,
+        };
+        if let Some(i) = self.blocks.iter().position(|(c, _)| *c == channel) {
+            let step = match &mut self.blocks[i].1 {
+                Block::Traceback(b) => b.feed(&ctx),
+                Block::Fault(b) => b.feed(&ctx),
+                Block::Cpp(b) => b.feed(&ctx),
+                Block::Warning(b) => b.feed(&ctx),
+                Block::Terminate(b) => b.feed(&ctx, out),
+                Block::Table(b) => b.feed(&ctx, out),
+            };
+            match step {
+                Step::Consumed => return,
+                Step::EndConsumed => {
+                    let (_, b) = self.blocks.swap_remove(i);
+                    self.close(b, false, out);
+                    return;
+                }
+                Step::EndNotConsumed => {
+                    let (_, b) = self.blocks.swap_remove(i);
+                    self.close(b, false, out);
+                }
+            }
+        }
+        self.classify(&ctx, channel, out);
+    }
+
+    /// End of input: flush any open multi-line block.
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        let mut blocks = std::mem::take(&mut self.blocks);
+        blocks.sort_by_key(|(c, _)| *c);
+        for (_, b) in blocks {
+            self.close(b, true, out);
+        }
+    }
+
+    fn close(&mut self, b: Block, eof: bool, out: &mut Vec<Event>) {
+        match b {
+            Block::Traceback(t) => t.finish(out, &mut self.diagnostics),
+            Block::Fault(f) => f.finish(out),
+            Block::Table(t) => t.finish(out),
+            Block::Terminate(t) if eof => t.flush(out),
+            Block::Terminate(_) | Block::Cpp(_) | Block::Warning(_) => {}
+        }
+    }
+
+    fn classify(&mut self, ctx: &Ctx<'_>, channel: Channel, out: &mut Vec<Event>) {
+        let t = ctx.text;
+        if t.trim().is_empty() {
+            return;
+        }
+        let mut ks = std::mem::take(&mut self.scratch);
+        ks.clear();
+        if let Some(l) = nccl::split(t) {
+            nccl::classify(&l, &mut self.seen_comms, &mut ks);
+        } else if let Some(b) = self.start_block(ctx, &mut ks) {
+            self.blocks.push((channel, b));
+        } else if let Some(g) = glog::parse(t) {
+            glog_line(&g, &mut ks);
+        } else if let Some((level, msg)) = failures::pylog(t) {
+            if !launcher::classify_body(msg, &mut ks) {
+                match level {
+                    failures::Level::Error => {
+                        ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
+                        c10d::specific(msg, &mut ks);
+                    }
+                    failures::Level::Warning => {}
+                    failures::Level::Info | failures::Level::Debug => {
+                        if let Some(step) = steps::step(msg) {
+                            ks.push(EventKind::Step { step });
+                        }
+                    }
+                }
+            }
+        } else if let Some(k) = launcher::slurm(t) {
+            ks.push(k);
+        } else if !(kernel::MARKERS.iter().any(|m| t.contains(m)) && kernel::classify(t, &mut ks))
+            && !failures::bare(t, &mut ks)
+        {
+            if let Some(step) = steps::step(t) {
+                ks.push(EventKind::Step { step });
+            }
+        }
+        if !ks.is_empty() {
+            let origin = ctx.origin();
+            for k in ks.drain(..) {
+                if self.fresh(&k) {
+                    out.push(origin.event(k, clip(t, MAX_TEXT).to_string()));
+                }
+            }
+        }
+        self.scratch = ks;
+    }
+
+    fn start_block(&mut self, ctx: &Ctx<'_>, ks: &mut Vec<EventKind>) -> Option<Block> {
+        let t = ctx.text;
+        match t.as_bytes().first()? {
+            b'T' => {
+                if let Some(b) = Traceback::start(ctx) {
+                    return Some(Block::Traceback(b));
+                }
+                if let Some(b) = FaultDump::start(ctx) {
+                    return Some(Block::Fault(b));
+                }
+                None
+            }
+            b'F' => {
+                if let Some(b) = FaultDump::start(ctx) {
+                    return Some(Block::Fault(b));
+                }
+                FailureTable::start(ctx).map(Block::Table)
+            }
+            b'E' => CppFrames::start(ctx).map(Block::Cpp),
+            b't' => Terminate::start(ctx).map(Block::Terminate),
+            b'R' => FailureTable::start(ctx).map(Block::Table),
+            _ => {
+                let (b, msg) = PyWarning::start(ctx)?;
+                ks.push(EventKind::Warning { message: msg });
+                Some(Block::Warning(b))
+            }
+        }
+    }
+
+    /// False for a repeat (same kind and template within the window) of a noisy kind.
+    fn fresh(&mut self, k: &EventKind) -> bool {
+        let (tag, msg) = match k {
+            EventKind::Warning { message } => (1u64, message),
+            EventKind::ErrorLine { message } => (2, message),
+            EventKind::StoreError { message } => (3, message),
+            EventKind::NcclWarn { message } => (4, message),
+            _ => return true,
+        };
+        let h = template_hash(clip(msg, 4096)) ^ tag.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let now = self.lines;
+        if self.recent.len() > 4096 {
+            self.recent.retain(|_, seen| now.saturating_sub(*seen) < DEDUP_WINDOW);
+        }
+        match self.recent.insert(h, now) {
+            Some(seen) => now.saturating_sub(seen) >= DEDUP_WINDOW,
+            None => true,
+        }
+    }
+}
+
+/// E-level c10d lines that narrate the dump procedure rather than report a failure.
+const GLOG_NOISE: [&str; 5] = [
+    "signal dumping",
+    "preparing to dump debug info",
+    "Stack trace of the failed collective",
+    "Observed flight recorder dump signal",
+    "Flight Recorder",
+];
+
+fn glog_line(g: &glog::Glog<'_>, ks: &mut Vec<EventKind>) {
+    let body = g.body.trim_end();
+    if launcher::classify_body(body, ks) || c10d::classify_body(body, ks) {
+        return;
+    }
+    if !body.bytes().any(|c| c.is_ascii_alphabetic()) {
+        return;
+    }
+    match g.level {
+        b'E' | b'F' => {
+            if !GLOG_NOISE.iter().any(|n| body.contains(n)) {
+                ks.push(EventKind::ErrorLine { message: body.to_string() });
+            }
+        }
+        b'W' => {
+            if failures::has_failure_phrase(body) {
+                ks.push(EventKind::ErrorLine { message: body.to_string() });
+            } else {
+                ks.push(EventKind::Warning { message: body.to_string() });
+            }
+        }
+        _ => {}
+    }
+}

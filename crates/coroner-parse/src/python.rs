@@ -1,0 +1,408 @@
+//! Python's multi-line output: tracebacks (one event per traceback, chained exceptions resolved
+//! to the one raised last), faulthandler dumps (`Fatal Python error: ...` and the periodic
+//! `Timeout (0:00:25)!`), `warnings` output with its indented forward trace, and the C++ runtime's
+//! `Exception raised from ...` / `frame #N:` blocks and `terminate called after throwing`.
+//!
+//! Frame lists are outermost call first in every event (faulthandler prints innermost first;
+//! its frames are reversed). For a faulthandler dump the frames are the `Current thread`'s when
+//! it is marked and has Python frames, else those of the last thread listed that has any (the
+//! main thread comes last in CPython's listing).
+
+use crate::c10d;
+use crate::glog;
+use crate::parser::{Ctx, Origin, Step};
+use crate::util::{clip, parse_frame};
+use coroner_model::{Event, EventKind, Frame};
+
+const MAX_FRAMES: usize = 256;
+const MAX_MSG_LINES: usize = 64;
+const MAX_MSG_BYTES: usize = 16 * 1024;
+const MAX_BLOCK_LINES: u32 = 20_000;
+
+/// Lines that continue an unprefixed exception message even though they are not indented.
+const CONT_STARTS: [&str; 10] = [
+    "Search for `",
+    "CUDA kernel errors might",
+    "For debugging consider",
+    "Compile with `TORCH_USE_CUDA_DSA`",
+    "Device-side assertion",
+    "Last error:",
+    "nccl",
+    "Missing key(s)",
+    "Unexpected key(s)",
+    "size mismatch for",
+];
+
+/// `Type: message` / `Type` of an exception's final line.
+pub(crate) fn exc_header(t: &str) -> Option<(&str, &str)> {
+    let b = t.as_bytes();
+    let first = *b.first()?;
+    if !(first.is_ascii_alphabetic() || first == b'_') {
+        return None;
+    }
+    let n = b.iter().take(256).take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'.').count();
+    let ty = &t[..n];
+    if ty.ends_with('.') {
+        return None;
+    }
+    let r = &t[n..];
+    if r.trim_end().is_empty() {
+        return Some((ty, ""));
+    }
+    let m = r.strip_prefix(':')?;
+    Some((ty, m.strip_prefix(' ').unwrap_or(m)))
+}
+
+fn starts_with_date(t: &str) -> bool {
+    let b = t.as_bytes();
+    b.len() >= 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[7] == b'-'
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TbState {
+    Frames,
+    AfterFinal,
+    AfterBlank,
+    Chained,
+}
+
+/// A traceback being read.
+#[derive(Debug)]
+pub(crate) struct Traceback {
+    origin: Origin,
+    prefixed: bool,
+    frames: Vec<Frame>,
+    exc_type: Option<String>,
+    message: String,
+    msg_lines: usize,
+    final_text: String,
+    state: TbState,
+    last_was_last_error: bool,
+    lines: u32,
+}
+
+impl Traceback {
+    pub(crate) fn start(ctx: &Ctx<'_>) -> Option<Self> {
+        if ctx.text.trim_end() != "Traceback (most recent call last):" {
+            return None;
+        }
+        Some(Traceback {
+            origin: ctx.origin(),
+            prefixed: ctx.prefixed,
+            frames: Vec::new(),
+            exc_type: None,
+            message: String::new(),
+            msg_lines: 0,
+            final_text: String::new(),
+            state: TbState::Frames,
+            last_was_last_error: false,
+            lines: 0,
+        })
+    }
+
+    fn is_continuation(&self, t: &str) -> bool {
+        if t.trim().is_empty()
+            || t.starts_with("Traceback (most recent call last)")
+            || t.starts_with("Exception raised from ")
+            || t.starts_with("frame #")
+            || t.starts_with("Fatal Python error")
+            || t.starts_with("During handling of the above exception")
+            || t.starts_with("The above exception was the direct cause")
+            || parse_frame(t).is_some()
+        {
+            return false;
+        }
+        if self.prefixed {
+            return glog::parse(t).is_none() && !starts_with_date(t);
+        }
+        let b0 = t.as_bytes()[0];
+        b0 == b' ' || b0 == b'\t' || self.last_was_last_error || CONT_STARTS.iter().any(|p| t.starts_with(p))
+    }
+
+    pub(crate) fn feed(&mut self, ctx: &Ctx<'_>) -> Step {
+        self.lines += 1;
+        if self.lines > MAX_BLOCK_LINES {
+            return Step::EndNotConsumed;
+        }
+        let t = ctx.text;
+        match self.state {
+            TbState::Frames => {
+                if let Some(f) = parse_frame(t) {
+                    if self.frames.len() >= MAX_FRAMES {
+                        self.frames.remove(0);
+                    }
+                    self.frames.push(f);
+                    return Step::Consumed;
+                }
+                if t.trim().is_empty() || t.starts_with(' ') || t.starts_with('\t') {
+                    return Step::Consumed;
+                }
+                match exc_header(t) {
+                    Some((ty, msg)) => {
+                        self.exc_type = Some(ty.to_string());
+                        self.message = clip(msg, MAX_MSG_BYTES).to_string();
+                        self.msg_lines = 1;
+                        self.final_text = clip(t, MAX_MSG_BYTES).to_string();
+                        self.last_was_last_error = msg.trim() == "Last error:";
+                        self.state = TbState::AfterFinal;
+                        Step::Consumed
+                    }
+                    None => Step::EndNotConsumed,
+                }
+            }
+            TbState::AfterFinal => {
+                if t.trim().is_empty() {
+                    self.state = TbState::AfterBlank;
+                    return Step::Consumed;
+                }
+                if self.is_continuation(t) {
+                    if self.msg_lines < MAX_MSG_LINES && self.message.len() < MAX_MSG_BYTES {
+                        self.message.push('\n');
+                        self.message.push_str(clip(t, MAX_MSG_BYTES));
+                        self.msg_lines += 1;
+                    }
+                    self.last_was_last_error = t.trim() == "Last error:";
+                    return Step::Consumed;
+                }
+                if t.starts_with("During handling of the above exception")
+                    || t.starts_with("The above exception was the direct cause")
+                {
+                    self.state = TbState::Chained;
+                    return Step::Consumed;
+                }
+                Step::EndNotConsumed
+            }
+            TbState::AfterBlank => {
+                if t.starts_with("During handling of the above exception")
+                    || t.starts_with("The above exception was the direct cause")
+                {
+                    self.state = TbState::Chained;
+                    return Step::Consumed;
+                }
+                if t.trim().is_empty() {
+                    return Step::EndConsumed;
+                }
+                Step::EndNotConsumed
+            }
+            TbState::Chained => {
+                if t.trim().is_empty() {
+                    return Step::Consumed;
+                }
+                if t.trim_end() == "Traceback (most recent call last):" {
+                    self.frames.clear();
+                    self.state = TbState::Frames;
+                    return Step::Consumed;
+                }
+                Step::EndNotConsumed
+            }
+        }
+    }
+
+    pub(crate) fn finish(self, out: &mut Vec<Event>, diags: &mut Vec<crate::ParseDiagnostic>) {
+        let Some(exc_type) = self.exc_type else {
+            diags.push(crate::ParseDiagnostic {
+                seq: self.origin.line.seq,
+                message: "traceback ended before its exception line".into(),
+            });
+            return;
+        };
+        let mut specific = Vec::new();
+        c10d::specific(&self.message, &mut specific);
+        out.push(self.origin.event(
+            EventKind::Exception { exc_type, message: self.message, frames: self.frames },
+            self.final_text.clone(),
+        ));
+        for k in specific {
+            out.push(self.origin.event(k, self.final_text.clone()));
+        }
+    }
+}
+
+/// A faulthandler dump being read.
+#[derive(Debug)]
+pub(crate) struct FaultDump {
+    origin: Origin,
+    text: String,
+    /// `None`: a `Timeout (h:mm:ss)!` periodic dump.
+    what: Option<String>,
+    threads: Vec<(bool, Vec<Frame>)>,
+    lines: u32,
+}
+
+impl FaultDump {
+    pub(crate) fn start(ctx: &Ctx<'_>) -> Option<Self> {
+        let t = ctx.text;
+        let what = if let Some(w) = t.strip_prefix("Fatal Python error: ") {
+            Some(w.trim().to_string())
+        } else if t.starts_with("Timeout (") && t.trim_end().ends_with(")!") {
+            None
+        } else {
+            return None;
+        };
+        Some(FaultDump { origin: ctx.origin(), text: t.to_string(), what, threads: Vec::new(), lines: 0 })
+    }
+
+    pub(crate) fn feed(&mut self, ctx: &Ctx<'_>) -> Step {
+        self.lines += 1;
+        if self.lines > MAX_BLOCK_LINES {
+            return Step::EndNotConsumed;
+        }
+        let t = ctx.text;
+        let tt = t.trim();
+        if tt.is_empty() || t.starts_with("Python runtime state:") {
+            return Step::Consumed;
+        }
+        if t.starts_with("Thread 0x") || t.starts_with("Current thread 0x") || t.starts_with("Stack (most recent call first)") {
+            let current = t.starts_with("Current thread") || t.starts_with("Stack (");
+            if self.threads.len() < 1024 {
+                self.threads.push((current, Vec::new()));
+            }
+            return Step::Consumed;
+        }
+        if let Some(f) = parse_frame(t) {
+            if self.threads.is_empty() {
+                self.threads.push((false, Vec::new()));
+            }
+            if let Some((_, frames)) = self.threads.last_mut() {
+                if frames.len() < MAX_FRAMES {
+                    frames.push(f);
+                }
+            }
+            return Step::Consumed;
+        }
+        if (t.starts_with(' ') && (tt.starts_with('<') || tt == "...")) || tt == "<no Python frame>" {
+            return Step::Consumed;
+        }
+        if t.starts_with("Extension modules:") {
+            return Step::EndConsumed;
+        }
+        Step::EndNotConsumed
+    }
+
+    pub(crate) fn finish(self, out: &mut Vec<Event>) {
+        let pick = self
+            .threads
+            .iter()
+            .find(|(cur, f)| *cur && !f.is_empty())
+            .or_else(|| self.threads.iter().rev().find(|(_, f)| !f.is_empty()));
+        let mut frames = pick.map(|(_, f)| f.clone()).unwrap_or_default();
+        frames.reverse();
+        let kind = match self.what {
+            Some(what) => EventKind::FatalSignal { what, frames },
+            None => EventKind::StackDump { frames },
+        };
+        out.push(self.origin.event(kind, self.text));
+    }
+}
+
+/// `Exception raised from X at file:line (most recent call first):` and its `frame #N:` lines:
+/// swallowed (the error line before it carries the meaning).
+#[derive(Debug)]
+pub(crate) struct CppFrames {
+    lines: u32,
+}
+
+impl CppFrames {
+    pub(crate) fn start(ctx: &Ctx<'_>) -> Option<Self> {
+        ctx.text.starts_with("Exception raised from ").then_some(CppFrames { lines: 0 })
+    }
+
+    pub(crate) fn feed(&mut self, ctx: &Ctx<'_>) -> Step {
+        self.lines += 1;
+        if self.lines > MAX_BLOCK_LINES {
+            return Step::EndNotConsumed;
+        }
+        if ctx.text.starts_with("frame #") {
+            Step::Consumed
+        } else if ctx.text.trim().is_empty() {
+            Step::EndConsumed
+        } else {
+            Step::EndNotConsumed
+        }
+    }
+}
+
+/// `path.py:869: UserWarning: message` and the indented lines after it (a forward trace under
+/// anomaly mode, or the source line of `warnings.warn`).
+#[derive(Debug)]
+pub(crate) struct PyWarning {
+    lines: u32,
+}
+
+impl PyWarning {
+    /// Returns the block and the warning's message (`UserWarning: ...`).
+    pub(crate) fn start(ctx: &Ctx<'_>) -> Option<(Self, String)> {
+        let t = ctx.text;
+        let at = t.find(".py:")?;
+        if t[..at].contains(' ') {
+            return None;
+        }
+        let r = &t[at + 4..];
+        let n = r.bytes().take_while(u8::is_ascii_digit).count();
+        let r = r[n..].strip_prefix(": ")?;
+        let (ty, _) = exc_header(r)?;
+        if n == 0 || !ty.ends_with("Warning") {
+            return None;
+        }
+        Some((PyWarning { lines: 0 }, r.to_string()))
+    }
+
+    pub(crate) fn feed(&mut self, ctx: &Ctx<'_>) -> Step {
+        self.lines += 1;
+        let t = ctx.text;
+        if self.lines <= 512 && (t.starts_with(' ') || t.starts_with('\t')) && !t.trim().is_empty() {
+            Step::Consumed
+        } else {
+            Step::EndNotConsumed
+        }
+    }
+}
+
+/// `terminate called after throwing an instance of 'T'` then `  what():  message`.
+#[derive(Debug)]
+pub(crate) struct Terminate {
+    origin: Origin,
+    text: String,
+    exc_type: String,
+}
+
+impl Terminate {
+    pub(crate) fn start(ctx: &Ctx<'_>) -> Option<Self> {
+        let r = ctx.text.strip_prefix("terminate called after throwing an instance of ")?;
+        let exc_type = r.trim().trim_matches('\'').to_string();
+        Some(Terminate { origin: ctx.origin(), text: ctx.text.to_string(), exc_type })
+    }
+
+    /// Emits on the `what():` line (consumed) or on any other line (not consumed).
+    pub(crate) fn feed(&mut self, ctx: &Ctx<'_>, out: &mut Vec<Event>) -> Step {
+        if let Some(msg) = ctx.text.trim_start().strip_prefix("what():") {
+            let msg = msg.trim();
+            let mut kinds = vec![EventKind::ErrorLine { message: format!("{}: {msg}", self.exc_type) }];
+            c10d::specific(msg, &mut kinds);
+            for k in kinds {
+                out.push(self.origin.event(k, ctx.text.to_string()));
+            }
+            return Step::EndConsumed;
+        }
+        self.flush(out);
+        Step::EndNotConsumed
+    }
+
+    pub(crate) fn flush(&self, out: &mut Vec<Event>) {
+        out.push(self.origin.event(EventKind::ErrorLine { message: self.text.clone() }, self.text.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exception_headers() {
+        assert_eq!(exc_header("torch.OutOfMemoryError: CUDA out of memory."), Some(("torch.OutOfMemoryError", "CUDA out of memory.")));
+        assert_eq!(exc_header("KeyboardInterrupt"), Some(("KeyboardInterrupt", "")));
+        assert_eq!(exc_header("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "), Some(("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "")));
+        assert_eq!(exc_header("[E1130 08:59:11.4 x.cpp:1] y"), None);
+        assert_eq!(exc_header("During handling of the above exception"), None);
+    }
+}
