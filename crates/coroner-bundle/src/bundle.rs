@@ -5,7 +5,7 @@ use crate::logfile::{looks_like_text, split_log};
 use crate::snapshots::scan_snapshots;
 use crate::BundleError;
 use coroner_model::{LogLine, Nanos, ProcessEnd, Rank, Stream};
-use coroner_pipeline::JobPipeline;
+use crate::Sink;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,8 +21,8 @@ pub struct LoadSummary {
 /// Files in a bundle folder that are never inputs: answer keys and other tools' output.
 const NOT_INPUTS: &[&str] = &["truth.json", "fr_trace_analysis.txt", "fr_trace_entries.txt", "fr_ls.txt"];
 
-/// Reads every path into the pipeline and marks the job finished.
-pub fn load_paths(paths: &[PathBuf], pipeline: &mut JobPipeline) -> Result<LoadSummary, BundleError> {
+/// Reads every path into the sink and marks the job finished.
+pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary, BundleError> {
     let mut summary = LoadSummary::default();
     for path in paths {
         let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
@@ -31,12 +31,12 @@ pub fn load_paths(paths: &[PathBuf], pipeline: &mut JobPipeline) -> Result<LoadS
         })?;
         if meta.is_dir() {
             if is_bundle(path) {
-                load_bundle(path, pipeline, &mut summary)?;
+                load_bundle(path, sink, &mut summary)?;
             } else {
-                load_folder(path, pipeline, &mut summary, 0)?;
+                load_folder(path, sink, &mut summary, 0)?;
             }
         } else {
-            load_log_file(path, None, pipeline, &mut summary);
+            load_log_file(path, None, sink, &mut summary);
         }
     }
     if summary.lines == 0 {
@@ -45,9 +45,9 @@ pub fn load_paths(paths: &[PathBuf], pipeline: &mut JobPipeline) -> Result<LoadS
         });
     }
     for w in &summary.warnings {
-        pipeline.add_note(w.clone());
+        sink.note(w.clone());
     }
-    pipeline.set_finished(true);
+    sink.finished();
     Ok(summary)
 }
 
@@ -92,10 +92,10 @@ fn mtime_ns(path: &Path) -> Nanos {
         .unwrap_or(0)
 }
 
-fn push_all(pipeline: &mut JobPipeline, lines: Vec<LogLine>, summary: &mut LoadSummary) {
+fn push_all(sink: &mut dyn Sink, lines: Vec<LogLine>, summary: &mut LoadSummary) {
     summary.lines += lines.len() as u64;
     for l in lines {
-        pipeline.push_line(l);
+        sink.line(l);
     }
 }
 
@@ -117,7 +117,7 @@ struct ExitRecord {
     signal: Option<i32>,
 }
 
-fn load_bundle(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary) -> Result<(), BundleError> {
+fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Result<(), BundleError> {
     let mut world_size = None;
     if let Some(bytes) = optional(dir, "meta.json", summary) {
         match serde_json::from_slice::<Meta>(&bytes) {
@@ -131,7 +131,7 @@ fn load_bundle(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary
                 world_size = world_size.or(exits.world_size);
                 for (key, rec) in exits.ranks {
                     match key.parse::<u32>() {
-                        Ok(r) if world_size.is_none_or(|w| r < w) => pipeline.add_end(ProcessEnd {
+                        Ok(r) if world_size.is_none_or(|w| r < w) => sink.end(ProcessEnd {
                             rank: Rank(r),
                             exit_code: rec.exit_code,
                             signal: rec.signal,
@@ -145,7 +145,7 @@ fn load_bundle(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary
         }
     }
     if let Some(w) = world_size {
-        pipeline.set_world_size(w);
+        sink.world_size(w);
     }
 
     let files = list(dir);
@@ -155,7 +155,7 @@ fn load_bundle(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary
         if let Some(rank) = name.strip_prefix("rank").and_then(|r| r.strip_suffix(".lines.jsonl")).and_then(|r| r.parse::<u32>().ok()) {
             if let Some(bytes) = read(path, summary) {
                 let lines = parse_jsonl(&bytes, Some(Rank(rank)), &mut summary.warnings, &name);
-                push_all(pipeline, lines, summary);
+                push_all(sink, lines, summary);
                 ranks_with_lines.push(rank);
             }
         }
@@ -167,17 +167,16 @@ fn load_bundle(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary
         for (suffix, stream) in [(".stdout.log", Stream::Stdout), (".stderr.log", Stream::Stderr)] {
             if let Some(rank) = rest.strip_suffix(suffix).and_then(|r| r.parse::<u32>().ok()) {
                 if !ranks_with_lines.contains(&rank) {
-                    load_log_file(path, Some((Rank(rank), stream)), pipeline, summary);
+                    load_log_file(path, Some((Rank(rank), stream)), sink, summary);
                 }
             }
         }
     }
-    let launcher_jsonl = dir.join("launcher.lines.jsonl");
     let mut launcher_lines = false;
     if let Some(bytes) = optional(dir, "launcher.lines.jsonl", summary) {
         let lines = parse_jsonl(&bytes, None, &mut summary.warnings, "launcher.lines.jsonl");
         launcher_lines = !lines.is_empty();
-        push_all(pipeline, lines, summary);
+        push_all(sink, lines, summary);
     } else {
         for (name, stream) in [("launcher.stdout.log", Stream::Stdout), ("launcher.stderr.log", Stream::Stderr)] {
             let p = dir.join(name);
@@ -185,18 +184,17 @@ fn load_bundle(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary
                 launcher_lines = true;
                 let mtime = mtime_ns(&p);
                 if let Some(bytes) = read(&p, summary) {
-                    push_all(pipeline, split_log(&bytes, None, stream, mtime), summary);
+                    push_all(sink, split_log(&bytes, None, stream, mtime), summary);
                 }
             }
         }
     }
-    let _ = launcher_jsonl;
     let torchrun_logs = dir.join("torchrun_logs");
     if !launcher_lines && ranks_with_lines.is_empty() && torchrun_logs.is_dir() {
-        load_torchrun_logs(&torchrun_logs, pipeline, summary);
+        load_torchrun_logs(&torchrun_logs, sink, summary);
     }
     for s in scan_snapshots(dir, &mut summary.warnings) {
-        pipeline.add_snapshot(s);
+        sink.snapshot(s, dir);
     }
     Ok(())
 }
@@ -207,7 +205,7 @@ fn optional(dir: &Path, name: &str, summary: &mut LoadSummary) -> Option<Vec<u8>
 }
 
 /// torchrun `--log-dir`: `<run id>/attempt_<k>/<local rank>/{stdout,stderr}.log`; the last attempt.
-fn load_torchrun_logs(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary) {
+fn load_torchrun_logs(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) {
     for run in list(dir).into_iter().filter(|p| p.is_dir()) {
         let Some(attempt) = list(&run).into_iter().filter(|p| file_name(p).starts_with("attempt_")).last() else { continue };
         for local in list(&attempt) {
@@ -215,7 +213,7 @@ fn load_torchrun_logs(dir: &Path, pipeline: &mut JobPipeline, summary: &mut Load
             for (name, stream) in [("stdout.log", Stream::Stdout), ("stderr.log", Stream::Stderr)] {
                 let p = local.join(name);
                 if p.is_file() {
-                    load_log_file(&p, Some((Rank(l), stream)), pipeline, summary);
+                    load_log_file(&p, Some((Rank(l), stream)), sink, summary);
                 }
             }
         }
@@ -223,15 +221,15 @@ fn load_torchrun_logs(dir: &Path, pipeline: &mut JobPipeline, summary: &mut Load
 }
 
 /// A folder of plain logs: every text file in it (three levels deep at most).
-fn load_folder(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary, depth: u32) -> Result<(), BundleError> {
+fn load_folder(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary, depth: u32) -> Result<(), BundleError> {
     std::fs::read_dir(dir).map_err(|e| BundleError::Io { path: dir.to_path_buf(), source: e })?;
     for path in list(dir) {
         if path.is_dir() {
             if depth < 3 {
-                load_folder(&path, pipeline, summary, depth + 1)?;
+                load_folder(&path, sink, summary, depth + 1)?;
             }
         } else if !NOT_INPUTS.contains(&file_name(&path).as_str()) {
-            load_log_file(&path, None, pipeline, summary);
+            load_log_file(&path, None, sink, summary);
         }
     }
     Ok(())
@@ -239,7 +237,7 @@ fn load_folder(dir: &Path, pipeline: &mut JobPipeline, summary: &mut LoadSummary
 
 /// One plain log file. Its rank and stream come from `known`, else from its name; without a rank
 /// in the name it is a combined log whose lines are filed by their prefixes.
-fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, pipeline: &mut JobPipeline, summary: &mut LoadSummary) {
+fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, sink: &mut dyn Sink, summary: &mut LoadSummary) {
     let Some(bytes) = read(path, summary) else { return };
     if !looks_like_text(&bytes[..bytes.len().min(8192)]) {
         summary.warnings.push(format!("skipped {}: not a text log", path.display()));
@@ -250,7 +248,7 @@ fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, pipeline: &mut JobP
         None => (rank_from_name(path), stream_from_name(path)),
     };
     let lines = split_log(&bytes, rank, stream, mtime_ns(path));
-    push_all(pipeline, lines, summary);
+    push_all(sink, lines, summary);
 }
 
 /// `rank3.log`, `rank-3.err`, `worker_rank_3.out`, `node1-rank12.txt`: the number after "rank".

@@ -9,7 +9,43 @@ mod lines;
 mod logfile;
 mod snapshots;
 
-pub use bundle::{load_paths, LoadSummary};
+pub use bundle::{load_paths, rank_from_name, LoadSummary};
+
+use coroner_model::{LogLine, ProcessEnd, SnapshotSummary};
+use coroner_pipeline::JobPipeline;
+use std::path::Path;
+
+/// Where loaded evidence goes: the pipeline (offline analysis) or a server (import).
+pub trait Sink {
+    fn line(&mut self, line: LogLine);
+    fn end(&mut self, end: ProcessEnd);
+    fn world_size(&mut self, n: u32);
+    /// A snapshot file, found in `bundle_dir` under `summary.name`.
+    fn snapshot(&mut self, summary: SnapshotSummary, bundle_dir: &Path);
+    fn note(&mut self, note: String);
+    fn finished(&mut self);
+}
+
+impl Sink for JobPipeline {
+    fn line(&mut self, line: LogLine) {
+        self.push_line(line);
+    }
+    fn end(&mut self, end: ProcessEnd) {
+        self.add_end(end);
+    }
+    fn world_size(&mut self, n: u32) {
+        self.set_world_size(n);
+    }
+    fn snapshot(&mut self, summary: SnapshotSummary, _bundle_dir: &Path) {
+        self.add_snapshot(summary);
+    }
+    fn note(&mut self, note: String) {
+        self.add_note(note);
+    }
+    fn finished(&mut self) {
+        self.set_finished(true);
+    }
+}
 
 use std::path::PathBuf;
 

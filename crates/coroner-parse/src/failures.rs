@@ -5,7 +5,7 @@
 
 use crate::c10d;
 use crate::python::exc_header;
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use coroner_model::EventKind;
 use std::sync::LazyLock;
 
@@ -73,6 +73,7 @@ pub fn pylog(t: &str) -> Option<(Level, &str)> {
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Act {
+    Kernel,
     Warn,
     Error,
     C10d,
@@ -131,14 +132,40 @@ const PHRASES: &[(&str, Act)] = &[
     ("we are taking the entire process down", Act::C10d),
     ("Connection closed by peer", Act::C10d),
     ("Timed out waiting", Act::C10d),
+    ("NVRM:", Act::Kernel),
+    ("Killed process", Act::Kernel),
+    ("oom-kill:", Act::Kernel),
+    ("AER:", Act::Kernel),
+    ("segfault at", Act::Kernel),
+    ("ECC", Act::Kernel),
+    ("fallen off the bus", Act::Kernel),
+    ("Machine check", Act::Kernel),
 ];
 
-static AC: LazyLock<Option<AhoCorasick>> =
-    LazyLock::new(|| AhoCorasick::new(PHRASES.iter().map(|(p, _)| *p)).ok());
+static AC: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+    AhoCorasick::builder()
+        .kind(Some(AhoCorasickKind::DFA))
+        .build(PHRASES.iter().map(|(p, _)| *p))
+        .ok()
+});
+
+/// Which phrase families occur in the line: (a kernel marker, the strongest other action).
+fn scan(t: &str) -> (bool, Option<Act>) {
+    let Some(ac) = AC.as_ref() else { return (false, None) };
+    let mut kernel = false;
+    let mut best = None;
+    for m in ac.find_iter(t).take(16) {
+        match PHRASES.get(m.pattern().as_usize()).map(|p| p.1) {
+            Some(Act::Kernel) => kernel = true,
+            Some(a) => best = best.max(Some(a)),
+            None => {}
+        }
+    }
+    (kernel, best)
+}
 
 fn strongest(t: &str) -> Option<Act> {
-    let ac = AC.as_ref()?;
-    ac.find_overlapping_iter(t).take(16).filter_map(|m| PHRASES.get(m.pattern().as_usize()).map(|p| p.1)).max()
+    scan(t).1
 }
 
 /// Whether a message holds a failure phrase (used to upgrade glog warnings such as Horovod's stall).
@@ -146,9 +173,14 @@ pub fn has_failure_phrase(t: &str) -> bool {
     strongest(t) == Some(Act::Error)
 }
 
-/// A bare line (no glog or logging header): a `SomeError: message` line, or a failure phrase.
+/// A bare line (no glog or logging header): a kernel line, a `SomeError: message` line, or a
+/// failure phrase.
 pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
     let before = out.len();
+    let (kernel_marker, act) = scan(t);
+    if kernel_marker && crate::kernel::classify(t, out) {
+        return true;
+    }
     if let Some((ty, msg)) = exc_header(t) {
         let short = ty.rsplit('.').next().unwrap_or(ty);
         let errorish = ["Error", "Exception", "Interrupt", "Failure", "Exit", "Abort", "Aborted"]
@@ -164,7 +196,7 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
             return true;
         }
     }
-    match strongest(t) {
+    match act {
         Some(Act::C10d) => {
             if !c10d::classify_body(t, out) && has_failure_phrase(t) {
                 out.push(EventKind::ErrorLine { message: t.trim().to_string() });
@@ -175,7 +207,7 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
             c10d::specific(t, out);
         }
         Some(Act::Warn) => out.push(EventKind::Warning { message: t.trim().to_string() }),
-        None => {}
+        Some(Act::Kernel) | None => {}
     }
     out.len() > before
 }

@@ -5,10 +5,8 @@
 use crate::util::{leading_u64, num_after};
 use coroner_model::EventKind;
 
-/// Cheap markers: a line without any of these is not a kernel line this module reads.
-pub const MARKERS: [&str; 8] =
-    ["NVRM:", "Killed process", "oom-kill:", "AER:", "segfault at", "ECC", "fallen off the bus", "Machine check"];
-
+/// Reads a line that holds one of the kernel markers (`NVRM:`, `Killed process`, `oom-kill:`,
+/// `AER:`, `segfault at`, `ECC`, `fallen off the bus`, `Machine check`; the caller prefilters).
 pub fn classify(t: &str, out: &mut Vec<EventKind>) -> bool {
     if let Some(at) = t.find("NVRM: Xid (") {
         let msg = &t[at..];

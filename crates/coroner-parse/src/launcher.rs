@@ -55,7 +55,7 @@ pub fn slurm(t: &str) -> Option<EventKind> {
     (is_srun || is_stepd || banner).then(|| EventKind::SchedulerEnd { message: t.trim().to_string() })
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Row {
     origin: Option<Origin>,
     text: String,
@@ -65,7 +65,7 @@ struct Row {
 
 /// The `ChildFailedError` table: `Failures:` / `Root Cause (first observed failure):` sections of
 /// `[N]:` rows with `time`, `host`, `rank`, `exitcode`, `traceback` fields. One event per row.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct FailureTable {
     in_root: bool,
     row: Option<Row>,

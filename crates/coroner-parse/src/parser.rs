@@ -19,7 +19,7 @@ use crate::launcher::{self, FailureTable};
 use crate::python::{CppFrames, FaultDump, PyWarning, Terminate, Traceback};
 use crate::time::printed_time;
 use crate::util::{clip, template_hash};
-use crate::{c10d, failures, glog, kernel, nccl, prefix, steps};
+use crate::{c10d, failures, glog, nccl, prefix, steps};
 use coroner_model::{Event, EventKind, LineRef, LogLine, Nanos, Rank};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -91,7 +91,7 @@ pub(crate) enum Step {
     EndNotConsumed,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Block {
     Traceback(Traceback),
     Fault(FaultDump),
@@ -104,7 +104,7 @@ enum Block {
 type Channel = (Option<u32>, Option<u32>, Option<u32>);
 
 /// Stateful parser for ONE (owner rank, stream) sequence of lines, in capture order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RankParser {
     rank: Option<Rank>,
     blocks: Vec<(Channel, Block)>,
@@ -251,19 +251,16 @@ impl RankParser {
             }
         } else if let Some(k) = launcher::slurm(t) {
             ks.push(k);
-        } else if !(kernel::MARKERS.iter().any(|m| t.contains(m)) && kernel::classify(t, &mut ks))
-            && !failures::bare(t, &mut ks)
-        {
+        } else if !failures::bare(t, &mut ks) {
             if let Some(step) = steps::step(t) {
                 ks.push(EventKind::Step { step });
             }
         }
+        ks.retain(|k| self.fresh(k));
         if !ks.is_empty() {
             let origin = ctx.origin();
             for k in ks.drain(..) {
-                if self.fresh(&k) {
-                    out.push(origin.event(k, clip(t, MAX_TEXT).to_string()));
-                }
+                out.push(origin.event(k, clip(t, MAX_TEXT).to_string()));
             }
         }
         self.scratch = ks;

@@ -67,7 +67,7 @@ enum TbState {
 }
 
 /// A traceback being read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Traceback {
     origin: Origin,
     prefixed: bool,
@@ -219,7 +219,7 @@ impl Traceback {
 }
 
 /// A faulthandler dump being read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct FaultDump {
     origin: Origin,
     text: String,
@@ -297,7 +297,7 @@ impl FaultDump {
 
 /// `Exception raised from X at file:line (most recent call first):` and its `frame #N:` lines:
 /// swallowed (the error line before it carries the meaning).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct CppFrames {
     lines: u32,
 }
@@ -324,7 +324,7 @@ impl CppFrames {
 
 /// `path.py:869: UserWarning: message` and the indented lines after it (a forward trace under
 /// anomaly mode, or the source line of `warnings.warn`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PyWarning {
     lines: u32,
 }
@@ -333,10 +333,13 @@ impl PyWarning {
     /// Returns the block and the warning's message (`UserWarning: ...`).
     pub(crate) fn start(ctx: &Ctx<'_>) -> Option<(Self, String)> {
         let t = ctx.text;
-        let at = t.find(".py:")?;
-        if t[..at].contains(' ') {
+        // The first token is `path.py:N:`.
+        let sp = memchr::memchr(b' ', &t.as_bytes()[..t.len().min(1024)])?;
+        let head = &t[..sp];
+        if !head.ends_with(':') {
             return None;
         }
+        let at = head.rfind(".py:")?;
         let r = &t[at + 4..];
         let n = r.bytes().take_while(u8::is_ascii_digit).count();
         let r = r[n..].strip_prefix(": ")?;
@@ -359,7 +362,7 @@ impl PyWarning {
 }
 
 /// `terminate called after throwing an instance of 'T'` then `  what():  message`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Terminate {
     origin: Origin,
     text: String,

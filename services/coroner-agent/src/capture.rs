@@ -1,0 +1,231 @@
+//! The hot path: the child's pipes, copied through to the agent's own stdout/stderr byte for byte,
+//! and split into stamped, sequenced lines for the shipper.
+//!
+//! Each pipe has its own OS thread doing blocking reads, so a slow terminal on one stream never
+//! delays the other, and nothing here ever waits on the network: lines go into the shipper's
+//! bounded in-memory queue, which drops (and counts) rather than blocks.
+//!
+//! A line is the bytes up to `\n`, without it; a `\r` before it is kept. The capture time is the
+//! wall-clock time of the read that delivered the line's first byte. A line longer than
+//! [`MAX_LINE`] is passed through whole but shipped truncated, with a marker suffix.
+
+use crate::launcher::RankFiler;
+use crate::shipper::LineQueue;
+use coroner_model::Stream;
+use coroner_proto::convert::stream_to_wire;
+use coroner_proto::v1;
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The longest line shipped whole.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Nanoseconds since the Unix epoch by this host's wall clock.
+pub fn now_ns() -> i64 {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+/// One complete line as split from a pipe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitLine {
+    pub bytes: Vec<u8>,
+    pub capture_ns: i64,
+    /// Bytes cut off beyond the cap (already reflected in the marker suffix of `bytes`).
+    pub truncated: u64,
+}
+
+/// Splits a byte stream into lines, across chunk boundaries, without assuming UTF-8.
+#[derive(Debug)]
+pub struct LineSplitter {
+    cap: usize,
+    buf: Vec<u8>,
+    first_ns: Option<i64>,
+    truncated: u64,
+}
+
+impl LineSplitter {
+    pub fn new(cap: usize) -> Self {
+        LineSplitter { cap, buf: Vec::new(), first_ns: None, truncated: 0 }
+    }
+
+    /// Feeds one chunk read at `now_ns`; calls `out` for every line it completes.
+    pub fn push(&mut self, mut chunk: &[u8], now_ns: i64, out: &mut impl FnMut(SplitLine)) {
+        while !chunk.is_empty() {
+            if self.first_ns.is_none() {
+                self.first_ns = Some(now_ns);
+            }
+            match memchr_newline(chunk) {
+                Some(i) => {
+                    self.append(&chunk[..i]);
+                    out(self.take());
+                    chunk = &chunk[i + 1..];
+                }
+                None => {
+                    self.append(chunk);
+                    chunk = &[];
+                }
+            }
+        }
+    }
+
+    /// Emits the partial last line, if the stream ended without a newline.
+    pub fn finish(&mut self, out: &mut impl FnMut(SplitLine)) {
+        if self.first_ns.is_some() {
+            out(self.take());
+        }
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        let room = self.cap.saturating_sub(self.buf.len());
+        let keep = room.min(bytes.len());
+        self.buf.extend_from_slice(&bytes[..keep]);
+        self.truncated += (bytes.len() - keep) as u64;
+    }
+
+    fn take(&mut self) -> SplitLine {
+        let mut bytes = std::mem::take(&mut self.buf);
+        let truncated = std::mem::take(&mut self.truncated);
+        if truncated > 0 {
+            bytes.extend_from_slice(format!(" [coroner: truncated {truncated} bytes]").as_bytes());
+        }
+        SplitLine { bytes, capture_ns: self.first_ns.take().unwrap_or_default(), truncated }
+    }
+}
+
+fn memchr_newline(s: &[u8]) -> Option<usize> {
+    s.iter().position(|&b| b == b'\n')
+}
+
+/// Files lines under ranks, numbers them per (rank, stream) from 0, and queues them.
+/// Shared by both pipe threads, so a launcher's local→global mapping learnt on stderr applies to
+/// stdout too.
+pub struct Sequencer {
+    filer: Option<RankFiler>,
+    next_seq: HashMap<(Option<u32>, Stream), u64>,
+    queue: Arc<LineQueue>,
+}
+
+impl Sequencer {
+    /// `filer` is `Some` for a launcher agent.
+    pub fn new(filer: Option<RankFiler>, queue: Arc<LineQueue>) -> Self {
+        Sequencer { filer, next_seq: HashMap::new(), queue }
+    }
+
+    pub fn accept(&mut self, stream: Stream, line: SplitLine) {
+        let rank = self.filer.as_mut().and_then(|f| f.file(&line.bytes));
+        let seq = self.next_seq.entry((rank, stream)).or_insert(0);
+        let wire = v1::LogLine {
+            seq: *seq,
+            capture_ns: line.capture_ns,
+            stream: stream_to_wire(stream) as i32,
+            raw: line.bytes,
+            rank,
+            file: String::new(),
+        };
+        *seq += 1;
+        // Never blocks: a full queue drops (and counts) a routine line. The sequence number is
+        // spent either way, so the server sees the gap.
+        self.queue.push(wire);
+    }
+}
+
+/// Copies `src` to `dst` as it arrives and feeds the lines to `sequencer`, until end of file.
+/// Runs on its own thread; returns when the pipe closes (every writer has exited).
+pub fn pump(
+    mut src: impl Read,
+    mut dst: impl Write,
+    stream: Stream,
+    sequencer: Arc<Mutex<Sequencer>>,
+) {
+    let mut splitter = LineSplitter::new(MAX_LINE);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut passthrough_ok = true;
+    let mut emit = |line: SplitLine| {
+        let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
+        s.accept(stream, line);
+    };
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!("reading the child's {}: {e}", stream.as_str());
+                break;
+            }
+        };
+        let now = now_ns();
+        if passthrough_ok {
+            // Our own stdout may be closed (a pipe whose reader left); keep capturing anyway.
+            if dst.write_all(&buf[..n]).and_then(|()| dst.flush()).is_err() {
+                passthrough_ok = false;
+            }
+        }
+        splitter.push(&buf[..n], now, &mut emit);
+    }
+    splitter.finish(&mut emit);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split_all(chunks: &[&[u8]], cap: usize) -> Vec<SplitLine> {
+        let mut s = LineSplitter::new(cap);
+        let mut out = Vec::new();
+        for (i, c) in chunks.iter().enumerate() {
+            s.push(c, i as i64, &mut |l| out.push(l));
+        }
+        s.finish(&mut |l| out.push(l));
+        out
+    }
+
+    #[test]
+    fn lines_span_chunks_and_keep_their_first_read_time() {
+        let lines = split_all(&[b"ab", b"c\nde", b"f\n\ng"], MAX_LINE);
+        let got: Vec<(&[u8], i64)> = lines.iter().map(|l| (&l.bytes[..], l.capture_ns)).collect();
+        assert_eq!(got, vec![(&b"abc"[..], 0), (b"def", 1), (b"", 2), (b"g", 2)]);
+    }
+
+    #[test]
+    fn carriage_returns_and_invalid_utf8_are_kept() {
+        // A multi-byte character split across reads, a lone continuation byte, and a \r.
+        let lines = split_all(&[b"caf\xc3", b"\xa9 \xff\r\n", b"tail"], MAX_LINE);
+        assert_eq!(lines[0].bytes, b"caf\xc3\xa9 \xff\r");
+        assert_eq!(lines[1].bytes, b"tail");
+        assert_eq!(lines.len(), 2);
+    }
+
+    #[test]
+    fn no_phantom_line_after_a_final_newline() {
+        assert_eq!(split_all(&[b"x\n"], MAX_LINE).len(), 1);
+        assert!(split_all(&[], MAX_LINE).is_empty());
+    }
+
+    #[test]
+    fn long_lines_are_shipped_truncated_with_a_marker() {
+        let lines = split_all(&[b"0123456789", b"abc\nok\n"], 4);
+        assert_eq!(lines[0].bytes, b"0123 [coroner: truncated 9 bytes]");
+        assert_eq!(lines[0].truncated, 9);
+        assert_eq!(lines[1].bytes, b"ok");
+    }
+
+    #[test]
+    fn pump_passes_bytes_through_unchanged_and_sequences_lines() {
+        let queue = Arc::new(LineQueue::new(100, 1 << 20));
+        let seq = Arc::new(Mutex::new(Sequencer::new(Some(RankFiler::new(0)), queue.clone())));
+        let input: &[u8] = b"[rank1]:a\nlauncher\n[default1]:b\n\xff partial";
+        let mut out = Vec::new();
+        pump(input, &mut out, Stream::Stderr, seq);
+        assert_eq!(out, input);
+        let lines = queue.drain_all();
+        let got: Vec<(Option<u32>, u64)> = lines.iter().map(|l| (l.rank, l.seq)).collect();
+        assert_eq!(got, vec![(Some(1), 0), (None, 0), (Some(1), 1), (None, 1)]);
+        assert_eq!(lines[3].raw, b"\xff partial");
+    }
+}

@@ -1,0 +1,210 @@
+//! Who this agent speaks for: the job, the rank, the host, read from the launcher's environment.
+//!
+//! Explicit flags (or `CORONER_*` variables, which clap reads into the same flags) win; then the
+//! variables that torchrun, Slurm, Open MPI and PMIx set for each task. Everything here takes the
+//! environment as a lookup function so tests can pass a map instead of mutating the process env.
+
+use anyhow::{bail, Context, Result};
+use coroner_model::{HostId, JobId, Rank};
+
+/// What the user passed explicitly; `None` means "read the launcher's environment".
+#[derive(Debug, Clone, Default)]
+pub struct Explicit {
+    pub job: Option<String>,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+}
+
+/// The resolved identity of this agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub job: JobId,
+    pub rank: Option<Rank>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+    pub host: HostId,
+    /// The launcher the environment reveals: `torchrun`, `slurm`, `mpirun` or `none`.
+    pub launcher: &'static str,
+}
+
+const RANK_VARS: &[&str] = &["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"];
+const LOCAL_RANK_VARS: &[&str] = &["LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"];
+const WORLD_SIZE_VARS: &[&str] = &["WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"];
+
+/// Resolves the identity from explicit values and an environment lookup.
+pub fn resolve(explicit: &Explicit, env: impl Fn(&str) -> Option<String>, host: &str) -> Result<Identity> {
+    let job_text = match explicit.job.clone().or_else(|| job_from_env(&env)) {
+        Some(job) => job,
+        None => bail!(
+            "no job id: pass --job ID (or set CORONER_JOB); none of TORCHELASTIC_RUN_ID, SLURM_JOB_ID, \
+             OMPI_MCA_orte_job_id or PMIX_NAMESPACE is set"
+        ),
+    };
+    let job = JobId::parse(&job_text).with_context(|| format!("use job id {job_text:?}"))?;
+    let rank = match explicit.rank {
+        Some(r) => Some(r),
+        None => first_u32(&env, RANK_VARS)?,
+    };
+    let local_rank = match explicit.local_rank {
+        Some(r) => Some(r),
+        None => first_u32(&env, LOCAL_RANK_VARS)?,
+    };
+    let world_size = match explicit.world_size {
+        Some(r) => Some(r),
+        None => first_u32(&env, WORLD_SIZE_VARS)?,
+    };
+    Ok(Identity {
+        job,
+        rank: rank.map(Rank),
+        local_rank,
+        world_size,
+        host: HostId(host.to_string()),
+        launcher: launcher_from_env(&env),
+    })
+}
+
+fn non_empty(env: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    env(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+/// The job id a launcher gives its tasks. Characters outside the job-id alphabet (PMIx
+/// namespaces may hold '@' or '/') become '_'.
+fn job_from_env(env: &impl Fn(&str) -> Option<String>) -> Option<String> {
+    if let Some(job) = non_empty(env, "CORONER_JOB") {
+        return Some(job);
+    }
+    if let Some(id) = non_empty(env, "TORCHELASTIC_RUN_ID") {
+        return Some(sanitize(&id));
+    }
+    if let Some(id) = non_empty(env, "SLURM_JOB_ID") {
+        return Some(match non_empty(env, "SLURM_STEP_ID") {
+            Some(step) => sanitize(&format!("{id}_{step}")),
+            None => sanitize(&id),
+        });
+    }
+    ["OMPI_MCA_orte_job_id", "PMIX_NAMESPACE"]
+        .iter()
+        .find_map(|name| non_empty(env, name))
+        .map(|id| sanitize(&id))
+}
+
+fn sanitize(id: &str) -> String {
+    let s: String = id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':') { c } else { '_' })
+        .collect();
+    s.trim_start_matches('.').to_string()
+}
+
+fn first_u32(env: &impl Fn(&str) -> Option<String>, names: &[&str]) -> Result<Option<u32>> {
+    for name in names {
+        if let Some(v) = non_empty(env, name) {
+            let n = v.parse::<u32>().with_context(|| format!("read {name}={v:?} as a number"))?;
+            return Ok(Some(n));
+        }
+    }
+    Ok(None)
+}
+
+fn launcher_from_env(env: &impl Fn(&str) -> Option<String>) -> &'static str {
+    if non_empty(env, "TORCHELASTIC_RUN_ID").is_some() {
+        "torchrun"
+    } else if non_empty(env, "SLURM_JOB_ID").is_some() {
+        "slurm"
+    } else if non_empty(env, "OMPI_COMM_WORLD_RANK").is_some() || non_empty(env, "PMIX_RANK").is_some() {
+        "mpirun"
+    } else {
+        "none"
+    }
+}
+
+/// This host's name, from gethostname(2).
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".to_string();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn torchrun_worker_environment() {
+        let env = env_of(&[
+            ("TORCHELASTIC_RUN_ID", "run42"),
+            ("RANK", "5"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "8"),
+        ]);
+        let id = resolve(&Explicit::default(), env, "node7").unwrap();
+        assert_eq!(id.job.as_str(), "run42");
+        assert_eq!(id.rank, Some(Rank(5)));
+        assert_eq!((id.local_rank, id.world_size), (Some(1), Some(8)));
+        assert_eq!(id.host, HostId("node7".into()));
+        assert_eq!(id.launcher, "torchrun");
+    }
+
+    #[test]
+    fn slurm_task_with_step() {
+        let env = env_of(&[
+            ("SLURM_JOB_ID", "1234"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_LOCALID", "3"),
+            ("SLURM_NTASKS", "16"),
+        ]);
+        let id = resolve(&Explicit::default(), env, "h").unwrap();
+        assert_eq!(id.job.as_str(), "1234_0");
+        assert_eq!((id.rank, id.local_rank, id.world_size), (Some(Rank(3)), Some(3), Some(16)));
+        assert_eq!(id.launcher, "slurm");
+    }
+
+    #[test]
+    fn open_mpi_and_pmix() {
+        let env = env_of(&[
+            ("PMIX_NAMESPACE", "prterun-host-1234@1"),
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+        ]);
+        let id = resolve(&Explicit::default(), env, "h").unwrap();
+        assert_eq!(id.job.as_str(), "prterun-host-1234_1");
+        assert_eq!((id.rank, id.world_size), (Some(Rank(2)), Some(4)));
+        assert_eq!(id.launcher, "mpirun");
+    }
+
+    #[test]
+    fn explicit_values_win_over_the_environment() {
+        let env = env_of(&[("SLURM_JOB_ID", "1"), ("SLURM_PROCID", "3"), ("CORONER_JOB", "env-job")]);
+        let explicit = Explicit { job: Some("mine".into()), rank: Some(0), ..Default::default() };
+        let id = resolve(&explicit, env, "h").unwrap();
+        assert_eq!((id.job.as_str(), id.rank), ("mine", Some(Rank(0))));
+        let id = resolve(&Explicit::default(), env_of(&[("CORONER_JOB", "env-job")]), "h").unwrap();
+        assert_eq!((id.job.as_str(), id.rank), ("env-job", None));
+    }
+
+    #[test]
+    fn no_job_anywhere_asks_for_job_flag() {
+        let err = resolve(&Explicit::default(), env_of(&[("RANK", "0")]), "h").unwrap_err();
+        assert!(err.to_string().contains("--job"), "{err}");
+    }
+
+    #[test]
+    fn a_rank_that_is_not_a_number_is_an_error() {
+        let err = resolve(&Explicit::default(), env_of(&[("CORONER_JOB", "j"), ("RANK", "x")]), "h");
+        assert!(err.is_err());
+    }
+}

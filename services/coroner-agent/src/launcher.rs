@@ -1,0 +1,156 @@
+//! Launcher mode: an agent around torchrun speaks for a whole node, and files each line under the
+//! worker rank its prefix names.
+//!
+//! `[rankN]:` (PyTorch's exception handler) names a global rank; `[<role>N]:` (torchrun `--tee`)
+//! names a local rank, which is `node_rank_base + N` globally unless a line carrying both prefixes
+//! has taught us the real mapping. Lines without a prefix are the launcher's own (rank unset).
+//! The line's bytes are never altered: the server strips prefixes when it parses.
+
+use coroner_parse::prefix::split_rank_prefix;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::Path;
+
+/// Whether the wrapped command is a launcher, as detected from its program and arguments.
+pub fn is_torchrun(command: &[OsString]) -> bool {
+    let Some(program) = command.first() else { return false };
+    let base = Path::new(program).file_name().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default();
+    if base == "torchrun" {
+        return true;
+    }
+    if !base.starts_with("python") {
+        return false;
+    }
+    let args: Vec<String> = command[1..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    for (i, arg) in args.iter().enumerate() {
+        let module = if arg == "-m" {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            arg.strip_prefix("-m").filter(|m| !m.is_empty() && !m.starts_with('-'))
+        };
+        if let Some(module) = module {
+            return matches!(module, "torch.distributed.run" | "torch.distributed.launch");
+        }
+        // Python's own options come before -m; anything else (a script) ends the search.
+        if !arg.starts_with('-') {
+            return false;
+        }
+    }
+    false
+}
+
+/// The global rank of local rank 0 on this node, from torchrun's `--node-rank` and
+/// `--nproc-per-node` arguments (or their `PET_*` environment forms). `None` when unknown.
+pub fn node_rank_base_from_args(command: &[OsString], env: impl Fn(&str) -> Option<String>) -> Option<u32> {
+    let args: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let node_rank = option_value(&args, &["--node-rank", "--node_rank"]).or_else(|| env("PET_NODE_RANK"));
+    let nproc = option_value(&args, &["--nproc-per-node", "--nproc_per_node"]).or_else(|| env("PET_NPROC_PER_NODE"));
+    let node_rank: u32 = node_rank?.trim().parse().ok()?;
+    if node_rank == 0 {
+        return Some(0);
+    }
+    let nproc: u32 = nproc?.trim().parse().ok()?;
+    node_rank.checked_mul(nproc)
+}
+
+fn option_value(args: &[String], names: &[&str]) -> Option<String> {
+    for (i, arg) in args.iter().enumerate() {
+        for name in names {
+            if arg == name {
+                return args.get(i + 1).cloned();
+            }
+            if let Some(v) = arg.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')) {
+                return Some(v.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// Files lines of a launcher's output under worker ranks.
+#[derive(Debug, Default)]
+pub struct RankFiler {
+    node_rank_base: u32,
+    local_to_global: HashMap<u32, u32>,
+}
+
+impl RankFiler {
+    pub fn new(node_rank_base: u32) -> Self {
+        RankFiler { node_rank_base, local_to_global: HashMap::new() }
+    }
+
+    /// The global rank that owns `line`, or `None` for the launcher's own lines.
+    pub fn file(&mut self, line: &[u8]) -> Option<u32> {
+        let p = split_rank_prefix(line);
+        match (p.global_rank, p.local_rank) {
+            (Some(global), Some(local)) => {
+                self.local_to_global.insert(local, global);
+                Some(global)
+            }
+            (Some(global), None) => Some(global),
+            (None, Some(local)) => Some(
+                self.local_to_global
+                    .get(&local)
+                    .copied()
+                    .unwrap_or_else(|| self.node_rank_base.saturating_add(local)),
+            ),
+            (None, None) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn detects_torchrun_and_its_module_forms() {
+        assert!(is_torchrun(&cmd(&["/usr/bin/torchrun", "--nproc-per-node", "2", "train.py"])));
+        assert!(is_torchrun(&cmd(&["python3", "-m", "torch.distributed.run", "train.py"])));
+        assert!(is_torchrun(&cmd(&["python", "-u", "-mtorch.distributed.launch", "train.py"])));
+        assert!(!is_torchrun(&cmd(&["python", "train.py", "-m", "torch.distributed.run"])));
+        assert!(!is_torchrun(&cmd(&["python", "-m", "pytest"])));
+        assert!(!is_torchrun(&cmd(&["sh", "-c", "torchrun"])));
+        assert!(!is_torchrun(&[]));
+    }
+
+    #[test]
+    fn node_rank_base_from_torchrun_arguments() {
+        let none = |_: &str| None;
+        let a = cmd(&["torchrun", "--nnodes=2", "--node-rank=1", "--nproc-per-node", "4", "t.py"]);
+        assert_eq!(node_rank_base_from_args(&a, none), Some(4));
+        let a = cmd(&["torchrun", "--node_rank", "3", "--nproc_per_node=8", "t.py"]);
+        assert_eq!(node_rank_base_from_args(&a, none), Some(24));
+        assert_eq!(node_rank_base_from_args(&cmd(&["torchrun", "--node-rank=0", "t.py"]), none), Some(0));
+        assert_eq!(node_rank_base_from_args(&cmd(&["torchrun", "--node-rank=1", "--nproc-per-node=gpu"]), none), None);
+        assert_eq!(node_rank_base_from_args(&cmd(&["torchrun", "t.py"]), none), None);
+        let env = |k: &str| match k {
+            "PET_NODE_RANK" => Some("2".to_string()),
+            "PET_NPROC_PER_NODE" => Some("2".to_string()),
+            _ => None,
+        };
+        assert_eq!(node_rank_base_from_args(&cmd(&["torchrun", "t.py"]), env), Some(4));
+    }
+
+    #[test]
+    fn files_lines_by_prefix() {
+        let mut f = RankFiler::new(8);
+        assert_eq!(f.file(b"[rank9]: Traceback (most recent call last):"), Some(9));
+        assert_eq!(f.file(b"[default1]:step 4 loss 1.2"), Some(9));
+        assert_eq!(f.file(b"W1130 09:03:42.336000 3148 torch/distributed/elastic/api.py:986] failed"), None);
+        assert_eq!(f.file(b"[E1130 08:59:11.424 ProcessGroupNCCL.cpp:689] x"), None);
+    }
+
+    #[test]
+    fn a_line_with_both_prefixes_teaches_the_mapping() {
+        let mut f = RankFiler::new(0);
+        assert_eq!(f.file(b"[default1]:hello"), Some(1));
+        assert_eq!(f.file(b"[default1]:[rank5]: Traceback"), Some(5));
+        assert_eq!(f.file(b"[default1]:later line"), Some(5));
+        assert_eq!(f.file(b"[trainer0]:other role"), Some(0));
+    }
+}
