@@ -10,7 +10,7 @@
 //! [`MAX_LINE`] is passed through whole but shipped truncated, with a marker suffix.
 
 use crate::launcher::RankFiler;
-use crate::shipper::LineQueue;
+use crate::queue::LineQueue;
 use coroner_model::Stream;
 use coroner_proto::convert::stream_to_wire;
 use coroner_proto::v1;

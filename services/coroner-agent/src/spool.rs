@@ -40,6 +40,7 @@ const KIND_BATCH: u8 = 1;
 const KIND_ACK: u8 = 2;
 const KIND_EXIT: u8 = 3;
 const KIND_EXIT_ACKED: u8 = 4;
+const KIND_BASE: u8 = 5;
 
 /// One spool record.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +49,8 @@ pub enum Record {
     Ack(u64),
     Exit(v1::ProcessExit),
     ExitAcked,
+    /// This instance's sequence base per stream key (`<rank>/<stream>`), learnt from the server.
+    Base(std::collections::HashMap<String, u64>),
 }
 
 impl Record {
@@ -67,6 +70,16 @@ impl Record {
                 e.encode(&mut body).expect("vec grows");
             }
             Record::ExitAcked => body.push(KIND_EXIT_ACKED),
+            Record::Base(map) => {
+                body.push(KIND_BASE);
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort();
+                for (key, base) in entries {
+                    body.extend_from_slice(&(key.len() as u16).to_le_bytes());
+                    body.extend_from_slice(key.as_bytes());
+                    body.extend_from_slice(&base.to_le_bytes());
+                }
+            }
         }
         body
     }
@@ -81,6 +94,19 @@ impl Record {
             }
             KIND_EXIT => v1::ProcessExit::decode(payload).map(Record::Exit).map_err(|e| e.to_string()),
             KIND_EXIT_ACKED => Ok(Record::ExitAcked),
+            KIND_BASE => {
+                let mut map = std::collections::HashMap::new();
+                let mut rest = payload;
+                while !rest.is_empty() {
+                    let n = usize::from(u16::from_le_bytes(rest.get(..2).ok_or("torn base entry")?.try_into().expect("2 bytes")));
+                    let key = rest.get(2..2 + n).ok_or("torn base entry")?;
+                    let base = rest.get(2 + n..10 + n).ok_or("torn base entry")?;
+                    let key = String::from_utf8(key.to_vec()).map_err(|_| "base key is not UTF-8")?;
+                    map.insert(key, u64::from_le_bytes(base.try_into().expect("8 bytes")));
+                    rest = &rest[10 + n..];
+                }
+                Ok(Record::Base(map))
+            }
             other => Err(format!("unknown record kind {other}")),
         }
     }
@@ -174,6 +200,13 @@ pub struct SpoolContents {
     pub valid_len: u64,
     /// Why reading stopped early, when it did (a torn or corrupt record).
     pub corrupt: Option<String>,
+}
+
+impl SpoolContents {
+    /// The sequence base the spooling agent learnt, if it ever reached the server.
+    pub fn base(&self) -> Option<std::collections::HashMap<String, u64>> {
+        self.records.iter().rev().find_map(|(_, r)| if let Record::Base(m) = r { Some(m.clone()) } else { None })
+    }
 }
 
 /// What of a spool the server has not acknowledged.
@@ -334,13 +367,16 @@ mod tests {
         let off = w.append(&Record::Batch(batch(0, b"one \xff")), true).unwrap().unwrap();
         w.append(&Record::Batch(batch(1, b"two")), true).unwrap().unwrap();
         w.append(&Record::Ack(0), false).unwrap().unwrap();
+        let base: std::collections::HashMap<String, u64> = [("3/stdout".to_string(), 7)].into();
+        w.append(&Record::Base(base.clone()), true).unwrap().unwrap();
         let exit = v1::ProcessExit { exit_code: Some(3), ..Default::default() };
         w.append(&Record::Exit(exit.clone()), true).unwrap().unwrap();
         assert_eq!(w.read_at(off).unwrap(), Record::Batch(batch(0, b"one \xff")));
 
         let c = read_spool(File::open(&path).unwrap()).unwrap();
         assert_eq!(c.session, session());
-        assert_eq!(c.records.len(), 4);
+        assert_eq!(c.records.len(), 5);
+        assert_eq!(c.base(), Some(base));
         assert!(c.corrupt.is_none());
         let u = c.unacked();
         assert_eq!(u.batches, vec![batch(1, b"two")]);

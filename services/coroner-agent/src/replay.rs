@@ -1,0 +1,102 @@
+//! Replays the spool an earlier agent of the same job and rank key left behind: its
+//! unacknowledged batches and its process end, under the earlier agent's own session identity
+//! (its `agent_instance`), so the server files them exactly as if that agent had delivered them.
+
+use crate::shipper::{connect, prepare_lines, AckEvent};
+use crate::spool::{read_spool, Record, SpoolWriter};
+use coroner_proto::v1;
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::task::block_in_place;
+use tonic::transport::Channel;
+
+/// How long one replay may wait for its acknowledgements.
+const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn replay(channel: Channel, path: PathBuf, file: File) {
+    let contents = match block_in_place(|| read_spool(&file)) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("cannot replay the spool {}: {e}", path.display());
+            return;
+        }
+    };
+    if let Some(why) = &contents.corrupt {
+        tracing::warn!("the spool {} is damaged ({why}); replaying what precedes it", path.display());
+    }
+    let unacked = contents.unacked();
+    if unacked.batches.is_empty() && unacked.exit.is_none() {
+        let _ = std::fs::remove_file(&path);
+        return;
+    }
+    let (conn, mut acks) = match connect(channel, contents.session.clone()).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("replay {}: {e}", path.display());
+            return;
+        }
+    };
+    let mut writer = match block_in_place(|| SpoolWriter::reopen(file, &path, contents.valid_len)) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("reopen the spool {}: {e}", path.display());
+            return;
+        }
+    };
+    let base = match contents.base() {
+        Some(b) => b,
+        None => {
+            let b = conn.resume_from.clone();
+            let _ = block_in_place(|| writer.append(&Record::Base(b.clone()), true));
+            b
+        }
+    };
+    let rank = contents.session.rank;
+    let mut outstanding = HashSet::new();
+    let mut lines_sent = 0;
+    let deadline = tokio::time::Instant::now() + REPLAY_TIMEOUT;
+    for b in &unacked.batches {
+        let lines = prepare_lines(&b.lines, rank, &base, &conn.resume_from);
+        if lines.is_empty() {
+            let _ = block_in_place(|| writer.append(&Record::Ack(b.batch_id), false));
+            continue;
+        }
+        lines_sent += lines.len();
+        let batch = v1::LogBatch { session_id: conn.session_id.clone(), batch_id: b.batch_id, lines, clock: Vec::new() };
+        if tokio::time::timeout_at(deadline, conn.tx.send(batch)).await.map_or(true, |r| r.is_err()) {
+            tracing::warn!("replay {}: the server stopped taking batches", path.display());
+            return;
+        }
+        outstanding.insert(b.batch_id);
+    }
+    while !outstanding.is_empty() {
+        match tokio::time::timeout_at(deadline, acks.recv()).await {
+            Ok(Some(AckEvent::Ack(a))) => {
+                if outstanding.remove(&a.batch_id) {
+                    let _ = block_in_place(|| writer.append(&Record::Ack(a.batch_id), false));
+                }
+            }
+            _ => {
+                tracing::warn!("replay {}: {} batches unacknowledged; keeping the spool", path.display(), outstanding.len());
+                return;
+            }
+        }
+    }
+    if let Some(mut exit) = unacked.exit {
+        exit.session_id = conn.session_id.clone();
+        let mut client = conn.client.clone();
+        match tokio::time::timeout(Duration::from_secs(5), client.report_exit(exit)).await {
+            Ok(Ok(_)) => {
+                let _ = block_in_place(|| writer.append(&Record::ExitAcked, true));
+            }
+            _ => {
+                tracing::warn!("replay {}: the process end was not acknowledged; keeping the spool", path.display());
+                return;
+            }
+        }
+    }
+    tracing::info!("replayed {lines_sent} lines from an earlier agent's spool {}", path.display());
+    let _ = writer.remove();
+}

@@ -1,0 +1,540 @@
+//! The shipper: one background task that turns queued lines into batches, spools them, ships
+//! them over `ShipLogs`, and forgets a batch only when its `BatchAck` arrives.
+//!
+//! - **Batching:** a batch closes at [`Config::batch_lines`] lines or [`Config::batch_bytes`]
+//!   bytes (the queue wakes the task), or every [`Config::batch_interval`].
+//! - **Spool first:** each batch is appended to the spool (see [`crate::spool`]) before it is sent,
+//!   whether or not a server is reachable. Unacknowledged batches stay in memory up to
+//!   [`Config::max_unacked_bytes`]; older ones are evicted and read back from the spool to resend.
+//! - **Sequence numbers:** lines are numbered per (rank, stream) from 0 by this agent; on its
+//!   first session the server says where each stream stands (`resume_from`), and that becomes
+//!   this instance's base, so a restarted agent continues a rank's streams instead of colliding.
+//!   The base is spooled too. After a reconnect, lines below `resume_from` are not resent.
+//! - **Reconnect:** on any error the connection is dropped, every unacked batch is marked unsent,
+//!   and a new connection is tried with exponential backoff (0.2 s doubling to 5 s).
+//! - **Clock:** while connected, a `SyncClock` probe every 5 s; samples ride in the next batch.
+//! - **Replay:** on the first connection, orphaned spools of earlier agents with the same job and
+//!   rank key are shipped under their own sessions before this agent opens its own.
+//!
+//! Nothing here can block the pipe threads: they only touch the queue.
+
+use crate::clock;
+use crate::queue::LineQueue;
+use crate::replay;
+use crate::spool::{Record, SpoolWriter};
+use coroner_proto::v1;
+use coroner_proto::v1::ingest_client::IngestClient;
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: String,
+    pub batch_lines: usize,
+    pub batch_bytes: usize,
+    pub batch_interval: Duration,
+    pub max_unacked_bytes: usize,
+}
+
+impl Config {
+    pub fn new(server: String) -> Self {
+        Config {
+            server,
+            batch_lines: 1000,
+            batch_bytes: 1 << 20,
+            batch_interval: Duration::from_millis(100),
+            max_unacked_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Sent by `main` when the child has exited and its pipes are drained.
+pub struct Finish {
+    pub exit: v1::ProcessExit,
+    pub deadline: Instant,
+}
+
+/// How shipping ended.
+#[derive(Debug)]
+pub struct Summary {
+    pub unacked_lines: usize,
+    pub exit_reported: bool,
+    pub dropped: u64,
+    pub spool_kept: Option<PathBuf>,
+}
+
+/// The stream key the server uses in `resume_from`: `<rank>/<stream>`, `-` for no rank.
+pub fn stream_key(rank: Option<u32>, stream: i32) -> String {
+    let rank = rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
+    let stream = match v1::StreamKind::try_from(stream) {
+        Ok(v1::StreamKind::Stdout) => "stdout",
+        Ok(v1::StreamKind::Stderr) => "stderr",
+        Ok(v1::StreamKind::File) => "file",
+        _ => "unknown",
+    };
+    format!("{rank}/{stream}")
+}
+
+/// Rebases a batch's local sequence numbers and leaves out lines the server already has.
+pub fn prepare_lines(
+    lines: &[v1::LogLine],
+    session_rank: Option<u32>,
+    base: &HashMap<String, u64>,
+    resume_from: &HashMap<String, u64>,
+) -> Vec<v1::LogLine> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let key = stream_key(l.rank.or(session_rank), l.stream);
+            let seq = base.get(&key).copied().unwrap_or(0) + l.seq;
+            (seq >= resume_from.get(&key).copied().unwrap_or(0)).then(|| v1::LogLine { seq, ..l.clone() })
+        })
+        .collect()
+}
+
+/// One open connection: a session and the sending half of its `ShipLogs` stream.
+pub struct Conn {
+    pub client: IngestClient<Channel>,
+    pub session_id: String,
+    pub resume_from: HashMap<String, u64>,
+    pub tx: mpsc::Sender<v1::LogBatch>,
+}
+
+enum Event {
+    Connected(u64, Result<(Conn, mpsc::Receiver<AckEvent>), String>),
+    Clock(v1::ClockProbe),
+    ExitReported(u64, bool),
+}
+
+pub enum AckEvent {
+    Ack(v1::BatchAck),
+    Closed(Option<tonic::Status>),
+}
+
+struct Pending {
+    id: u64,
+    lines: Option<Vec<v1::LogLine>>,
+    count: usize,
+    bytes: usize,
+    spool_at: Option<u64>,
+    clock: Vec<v1::ClockProbe>,
+    sent: bool,
+}
+
+/// Opens a channel, a session and a `ShipLogs` stream.
+pub async fn connect(
+    channel: Channel,
+    request: v1::OpenSessionRequest,
+) -> Result<(Conn, mpsc::Receiver<AckEvent>), String> {
+    let mut client = IngestClient::new(channel);
+    let open = tokio::time::timeout(Duration::from_secs(5), client.open_session(request))
+        .await
+        .map_err(|_| "open session: timed out".to_string())?
+        .map_err(|s| format!("open session: {}", s.message()))?
+        .into_inner();
+    let (tx, rx) = mpsc::channel::<v1::LogBatch>(32);
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let mut acks = tokio::time::timeout(Duration::from_secs(5), client.ship_logs(stream))
+        .await
+        .map_err(|_| "ship logs: timed out".to_string())?
+        .map_err(|s| format!("ship logs: {}", s.message()))?
+        .into_inner();
+    let (ack_tx, ack_rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        loop {
+            let event = match acks.message().await {
+                Ok(Some(ack)) => AckEvent::Ack(ack),
+                Ok(None) => AckEvent::Closed(None),
+                Err(status) => AckEvent::Closed(Some(status)),
+            };
+            let closed = matches!(event, AckEvent::Closed(_));
+            if ack_tx.send(event).await.is_err() || closed {
+                break;
+            }
+        }
+    });
+    let conn = Conn { client, session_id: open.session_id, resume_from: open.resume_from, tx };
+    Ok((conn, ack_rx))
+}
+
+pub async fn open_channel(server: &str) -> Result<Channel, String> {
+    let endpoint = Endpoint::from_shared(server.to_string())
+        .map_err(|e| format!("server address {server:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true);
+    endpoint.connect().await.map_err(|e| format!("connect to {server}: {e}"))
+}
+
+pub struct Shipper {
+    cfg: Config,
+    session: v1::OpenSessionRequest,
+    queue: Arc<LineQueue>,
+    spool: Option<SpoolWriter>,
+    orphans: Vec<(PathBuf, File)>,
+    pending: VecDeque<Pending>,
+    mem_bytes: usize,
+    next_id: u64,
+    base: Option<HashMap<String, u64>>,
+    clock: Vec<v1::ClockProbe>,
+    events_tx: mpsc::UnboundedSender<Event>,
+}
+
+impl Shipper {
+    pub fn new(
+        cfg: Config,
+        session: v1::OpenSessionRequest,
+        queue: Arc<LineQueue>,
+        spool: Option<SpoolWriter>,
+        orphans: Vec<(PathBuf, File)>,
+    ) -> Self {
+        let (events_tx, _) = mpsc::unbounded_channel();
+        Shipper {
+            cfg,
+            session,
+            queue,
+            spool,
+            orphans,
+            pending: VecDeque::new(),
+            mem_bytes: 0,
+            next_id: 0,
+            base: None,
+            clock: Vec::new(),
+            events_tx,
+        }
+    }
+
+    /// Runs until `finish` says the child is done and everything is acknowledged, or its deadline.
+    pub async fn run(mut self, mut finish: mpsc::Receiver<Finish>) -> Summary {
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        self.events_tx = events_tx;
+        let queue = self.queue.clone();
+        let mut tick = tokio::time::interval(self.cfg.batch_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut gen = 0u64;
+        let mut conn: Option<Conn> = None;
+        let mut acks: Option<mpsc::Receiver<AckEvent>> = None;
+        let mut connecting = false;
+        let mut next_connect = Instant::now();
+        let mut backoff = Duration::from_millis(200);
+        let mut warned = false;
+        let mut next_probe = Instant::now();
+        let mut finishing: Option<Finish> = None;
+        let mut exit_spooled = false;
+        let mut exit_state = ExitState::NotSent;
+
+        loop {
+            tokio::select! {
+                Some(f) = finish.recv(), if finishing.is_none() => finishing = Some(f),
+                Some(ev) = events.recv() => match ev {
+                    Event::Connected(g, result) if g == gen => {
+                        connecting = false;
+                        match result {
+                            Ok((c, rx)) => {
+                                if warned {
+                                    tracing::info!("reconnected to {}", self.cfg.server);
+                                }
+                                warned = false;
+                                backoff = Duration::from_millis(200);
+                                self.on_connected(&c);
+                                conn = Some(c);
+                                acks = Some(rx);
+                                next_probe = Instant::now();
+                            }
+                            Err(e) => {
+                                if !warned {
+                                    let spool = self.spool.as_ref().map(|s| s.path().display().to_string());
+                                    tracing::warn!("{e}; will retry, spooling to {}", spool.as_deref().unwrap_or("memory only"));
+                                    warned = true;
+                                }
+                                next_connect = Instant::now() + backoff;
+                                backoff = (backoff * 2).min(Duration::from_secs(5));
+                            }
+                        }
+                    }
+                    Event::Clock(sample) => self.clock.push(sample),
+                    Event::ExitReported(g, ok) if g == gen => {
+                        exit_state = if ok { ExitState::Acked } else { ExitState::NotSent };
+                        if ok {
+                            self.spool_append(&Record::ExitAcked, false);
+                        }
+                    }
+                    _ => {}
+                },
+                Some(ack) = async { match acks.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } } => match ack {
+                    AckEvent::Ack(a) => self.on_ack(a),
+                    AckEvent::Closed(status) => {
+                        self.on_closed(status.as_ref());
+                        if !warned {
+                            tracing::warn!("lost the connection to {}; will reconnect", self.cfg.server);
+                            warned = true;
+                        }
+                        conn = None;
+                        acks = None;
+                        gen += 1;
+                        if exit_state == ExitState::InFlight {
+                            exit_state = ExitState::NotSent;
+                        }
+                        next_connect = Instant::now() + backoff;
+                    }
+                },
+                _ = queue.notify.notified() => {}
+                _ = tick.tick() => {}
+            }
+
+            self.form_batches();
+            if let Some(f) = &finishing {
+                if !exit_spooled {
+                    let mut exit = f.exit.clone();
+                    exit.dropped_lines = self.queue.dropped();
+                    self.spool_append(&Record::Exit(exit), true);
+                    exit_spooled = true;
+                }
+            }
+            let now = Instant::now();
+            if conn.is_none() && !connecting && now >= next_connect {
+                connecting = true;
+                gen += 1;
+                self.spawn_connect(gen);
+            }
+            if let Some(c) = &conn {
+                if now >= next_probe {
+                    next_probe = now + clock::PROBE_INTERVAL;
+                    let tx = self.events_tx.clone();
+                    let (client, sid) = (c.client.clone(), c.session_id.clone());
+                    tokio::spawn(async move {
+                        if let Some(s) = clock::probe(client, sid).await {
+                            let _ = tx.send(Event::Clock(s));
+                        }
+                    });
+                }
+                self.send_ready(c);
+                if let (Some(f), ExitState::NotSent) = (&finishing, exit_state) {
+                    exit_state = ExitState::InFlight;
+                    let mut exit = f.exit.clone();
+                    exit.session_id = c.session_id.clone();
+                    exit.dropped_lines = self.queue.dropped();
+                    let (mut client, tx, g) = (c.client.clone(), self.events_tx.clone(), gen);
+                    tokio::spawn(async move {
+                        let ok = tokio::time::timeout(Duration::from_secs(5), client.report_exit(exit))
+                            .await
+                            .is_ok_and(|r| r.is_ok());
+                        let _ = tx.send(Event::ExitReported(g, ok));
+                    });
+                }
+            }
+            if let Some(f) = &finishing {
+                let done = self.pending.is_empty() && self.queue.is_empty() && exit_state == ExitState::Acked;
+                if done || Instant::now() >= f.deadline {
+                    break;
+                }
+            }
+        }
+        self.summary(exit_state == ExitState::Acked)
+    }
+
+    fn summary(mut self, exit_reported: bool) -> Summary {
+        let unacked_lines: usize = self.pending.iter().map(|p| p.count).sum();
+        let mut spool_kept = None;
+        if let Some(spool) = self.spool.take() {
+            if unacked_lines == 0 && exit_reported {
+                if let Err(e) = spool.remove() {
+                    tracing::debug!("remove the spool: {e}");
+                }
+            } else {
+                spool_kept = Some(spool.path().to_path_buf());
+            }
+        }
+        Summary { unacked_lines, exit_reported, dropped: self.queue.dropped(), spool_kept }
+    }
+
+    fn spawn_connect(&mut self, gen: u64) {
+        let server = self.cfg.server.clone();
+        let request = self.session.clone();
+        let orphans = std::mem::take(&mut self.orphans);
+        let tx = self.events_tx.clone();
+        tokio::spawn(async move {
+            let result = async {
+                let channel = open_channel(&server).await?;
+                for (path, file) in orphans {
+                    replay::replay(channel.clone(), path, file).await;
+                }
+                connect(channel, request).await
+            }
+            .await;
+            let _ = tx.send(Event::Connected(gen, result));
+        });
+    }
+
+    fn on_connected(&mut self, c: &Conn) {
+        if self.base.is_none() {
+            let base: HashMap<String, u64> = c.resume_from.clone();
+            self.spool_append(&Record::Base(base.clone()), true);
+            self.base = Some(base);
+        }
+        for p in &mut self.pending {
+            p.sent = false;
+        }
+    }
+
+    fn on_ack(&mut self, ack: v1::BatchAck) {
+        if let Some(i) = self.pending.iter().position(|p| p.id == ack.batch_id) {
+            let p = self.pending.remove(i).expect("index exists");
+            if p.lines.is_some() {
+                self.mem_bytes -= p.bytes;
+            }
+            if p.spool_at.is_some() {
+                self.spool_append(&Record::Ack(p.id), false);
+            }
+        }
+    }
+
+    fn on_closed(&mut self, status: Option<&tonic::Status>) {
+        if let Some(s) = status {
+            tracing::debug!("log stream closed: {s}");
+            // The server refused a batch as invalid: resending it would fail forever.
+            if s.code() == tonic::Code::InvalidArgument {
+                if let Some(i) = self.pending.iter().position(|p| p.sent) {
+                    let p = self.pending.remove(i).expect("index exists");
+                    tracing::warn!("the server refused a batch of {} lines ({}); dropping it", p.count, s.message());
+                    if p.lines.is_some() {
+                        self.mem_bytes -= p.bytes;
+                    }
+                    if p.spool_at.is_some() {
+                        self.spool_append(&Record::Ack(p.id), false);
+                    }
+                }
+            }
+        }
+        for p in &mut self.pending {
+            p.sent = false;
+        }
+    }
+
+    /// Moves queued lines into spooled, pending batches.
+    fn form_batches(&mut self) {
+        loop {
+            if self.spool.is_none() && self.mem_bytes >= self.cfg.max_unacked_bytes {
+                // Nowhere to put more: let the queue fill and drop routine lines.
+                return;
+            }
+            let lines = self.queue.take_batch(self.cfg.batch_lines, self.cfg.batch_bytes);
+            if lines.is_empty() {
+                return;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            let bytes: usize = lines.iter().map(|l| l.raw.len() + 24).sum();
+            let batch = v1::LogBatch { batch_id: id, lines, ..Default::default() };
+            let spool_at = self.spool_append(&Record::Batch(batch.clone()), true);
+            self.mem_bytes += bytes;
+            self.pending.push_back(Pending {
+                id,
+                count: batch.lines.len(),
+                lines: Some(batch.lines),
+                bytes,
+                spool_at,
+                clock: Vec::new(),
+                sent: false,
+            });
+            // Over the memory limit: forget the oldest spooled batches' lines (read back to resend).
+            for p in self.pending.iter_mut() {
+                if self.mem_bytes <= self.cfg.max_unacked_bytes {
+                    break;
+                }
+                if p.spool_at.is_some() && p.lines.is_some() {
+                    p.lines = None;
+                    self.mem_bytes -= p.bytes;
+                }
+            }
+        }
+    }
+
+    /// Sends every unsent batch the stream has room for.
+    fn send_ready(&mut self, c: &Conn) {
+        if !self.clock.is_empty() && self.pending.iter().all(|p| p.sent) {
+            self.pending.push_back(Pending {
+                id: self.next_id,
+                lines: Some(Vec::new()),
+                count: 0,
+                bytes: 0,
+                spool_at: None,
+                clock: Vec::new(),
+                sent: false,
+            });
+            self.next_id += 1;
+        }
+        let base = self.base.clone().unwrap_or_default();
+        let rank = self.session.rank;
+        let mut done = Vec::new();
+        for p in self.pending.iter_mut().filter(|p| !p.sent) {
+            let lines = match (&p.lines, p.spool_at, &self.spool) {
+                (Some(l), _, _) => prepare_lines(l, rank, &base, &c.resume_from),
+                (None, Some(at), Some(spool)) => match tokio::task::block_in_place(|| spool.read_at(at)) {
+                    Ok(Record::Batch(b)) => prepare_lines(&b.lines, rank, &base, &c.resume_from),
+                    other => {
+                        tracing::warn!("read batch {} back from the spool: {other:?}; dropping it", p.id);
+                        Vec::new()
+                    }
+                },
+                _ => Vec::new(),
+            };
+            p.clock.append(&mut self.clock);
+            if lines.is_empty() && p.clock.is_empty() {
+                done.push(p.id);
+                continue;
+            }
+            let batch = v1::LogBatch { session_id: c.session_id.clone(), batch_id: p.id, lines, clock: p.clock.clone() };
+            match c.tx.try_send(batch) {
+                Ok(()) => p.sent = true,
+                Err(_) => break,
+            }
+        }
+        for id in done {
+            self.on_ack(v1::BatchAck { batch_id: id, duplicates: 0 });
+        }
+    }
+
+    /// Appends to the spool; on an IO error, warns once and carries on without it.
+    fn spool_append(&mut self, record: &Record, sync: bool) -> Option<u64> {
+        let spool = self.spool.as_mut()?;
+        match tokio::task::block_in_place(|| spool.append(record, sync)) {
+            Ok(Ok(at)) => Some(at),
+            Ok(Err(_full)) => None,
+            Err(e) => {
+                tracing::warn!("write the spool {}: {e}; continuing without it", spool.path().display());
+                self.spool = None;
+                None
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExitState {
+    NotSent,
+    InFlight,
+    Acked,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_rebased_and_already_delivered_ones_skipped() {
+        let line = |rank: Option<u32>, stream: i32, seq: u64| v1::LogLine { rank, stream, seq, ..Default::default() };
+        let lines = vec![line(None, 1, 0), line(None, 1, 1), line(None, 2, 0), line(Some(4), 1, 0)];
+        let base: HashMap<String, u64> = [("3/stdout".to_string(), 10)].into();
+        let resume: HashMap<String, u64> = [("3/stdout".to_string(), 11), ("4/stdout".to_string(), 0)].into();
+        let out = prepare_lines(&lines, Some(3), &base, &resume);
+        let got: Vec<(Option<u32>, i32, u64)> = out.iter().map(|l| (l.rank, l.stream, l.seq)).collect();
+        assert_eq!(got, vec![(None, 1, 11), (None, 2, 0), (Some(4), 1, 0)]);
+        assert_eq!(stream_key(None, 2), "-/stderr");
+    }
+}
