@@ -28,6 +28,7 @@ use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "coroner-agent", version, about = "Captures a training rank's output and ships it to coronerd")]
+#[command(args_override_self = true)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
