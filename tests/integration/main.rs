@@ -1,1 +1,6 @@
+//! coroner's integration tests, compiled into one binary.
 
+mod bad_input;
+mod end_to_end;
+mod golden;
+mod skewed_clocks;

@@ -37,7 +37,7 @@ impl Classified<'_> {
         matches!(
             self.event.kind,
             EventKind::ConnectionClosed { .. } | EventKind::StoreError { .. }
-        ) || self.rule.is_some_and(|r| r.id == "peer-connection-closed" || r.id == "store-lost")
+        ) || self.rule.is_some_and(|r| matches!(r.id.as_str(), "peer-connection-closed" | "store-lost" | "python-peer-closed"))
     }
 }
 

@@ -28,5 +28,5 @@ pub fn analyze(evidence: &JobEvidence, rules: &RuleSet) -> Report {
     let job = classified::classify(evidence, rules, &clock);
     let progress = progress::collect(evidence);
     let diagnosis = diagnose::diagnose(evidence, &job, rules, &clock, &progress);
-    report::build(evidence, &job, &clock, &progress, &diagnosis)
+    report::build(evidence, rules, &job, &clock, &progress, &diagnosis)
 }

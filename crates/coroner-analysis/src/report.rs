@@ -5,6 +5,7 @@ use crate::clock::{ClockModel, UNKNOWN_UNCERTAINTY_NS};
 use crate::diagnose::{Diagnosis, FirstFinding};
 use crate::evidence::JobEvidence;
 use crate::progress::Progress;
+use crate::rules::RuleSet;
 use coroner_model::{
     format_rfc3339_ns, CascadeLink, ClockEstimate, Event, EventKind, EvidenceLine, FaultClass,
     FirstFailure, Rank, RankSummary, Report, Role, Verdict, REPORT_FORMAT_VERSION,
@@ -15,6 +16,7 @@ const MAX_CASCADE: usize = 64;
 
 pub fn build(
     evidence: &JobEvidence,
+    rules: &RuleSet,
     job: &ClassifiedJob<'_>,
     clock: &ClockModel,
     progress: &Progress,
@@ -59,7 +61,7 @@ pub fn build(
         first_failure,
         cascade,
         collectives: progress.rows(),
-        ranks: rank_summaries(evidence, job, clock, culprit),
+        ranks: rank_summaries(evidence, job, rules, clock, culprit),
         advice,
         snapshots: evidence.snapshots.clone(),
         notes,
@@ -151,7 +153,13 @@ fn cascade(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockModel, 
     links.into_iter().map(|(_, l)| l).collect()
 }
 
-fn rank_summaries(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockModel, culprit: Option<Rank>) -> Vec<RankSummary> {
+fn rank_summaries(
+    evidence: &JobEvidence,
+    job: &ClassifiedJob<'_>,
+    rules: &RuleSet,
+    clock: &ClockModel,
+    culprit: Option<Rank>,
+) -> Vec<RankSummary> {
     evidence
         .all_ranks()
         .into_iter()
@@ -167,7 +175,9 @@ fn rank_summaries(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &Clock
                 "culprit"
             } else if job.with_role(rank, Role::Root).next().is_some() {
                 "failed"
-            } else if job.with_role(rank, Role::Symptom).next().is_some() {
+            } else if job.with_role(rank, Role::Symptom).next().is_some()
+                || evidence.end_of(rank).is_some_and(|e| rules.classify_end(e).role == Role::Symptom)
+            {
                 "victim"
             } else if evidence.end_of(rank).is_some_and(|e| e.succeeded()) {
                 "ok"
