@@ -6,7 +6,27 @@
 //! (a traceback's final line, a logged error) for the events hidden inside it.
 
 use crate::util::{num_after, leading_u64};
+use aho_corasick::AhoCorasick;
 use coroner_model::{CollectiveFingerprint, EventKind, PeerRef, PgId, Rank, SeqNo};
+use std::sync::LazyLock;
+
+/// Every literal [`specific`] looks for; a message with none of them is skipped in one pass.
+static SPECIFIC: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+    AhoCorasick::new([
+        "Detected mismatch",
+        "Watchdog caught",
+        "Connection closed by peer",
+        "Connection reset by peer",
+        "Timed out waiting ",
+        "NCCL",
+        "nccl",
+        "DistStoreError",
+        "TCPStore",
+        "[c10d]",
+        "SocketImpl(",
+    ])
+    .ok()
+});
 
 /// What a glog-style c10d body means; `None` when it is not a c10d message this module knows.
 pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
@@ -38,6 +58,9 @@ pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
 /// The specific events inside a failure message (collective mismatch, gloo peer loss and
 /// timeouts, NCCL errors, store errors, watchdog timeouts raised as exceptions).
 pub fn specific(msg: &str, out: &mut Vec<EventKind>) {
+    if SPECIFIC.as_ref().is_some_and(|ac| !ac.is_match(msg)) {
+        return;
+    }
     if msg.contains("Detected mismatch between collectives") {
         if let Some(k) = mismatch(msg) {
             out.push(k);

@@ -5,7 +5,7 @@
 
 use crate::c10d;
 use crate::python::exc_header;
-use aho_corasick::{AhoCorasick, AhoCorasickKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use coroner_model::EventKind;
 use std::sync::LazyLock;
 
@@ -145,6 +145,7 @@ const PHRASES: &[(&str, Act)] = &[
 static AC: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
     AhoCorasick::builder()
         .kind(Some(AhoCorasickKind::DFA))
+        .match_kind(MatchKind::LeftmostLongest)
         .build(PHRASES.iter().map(|(p, _)| *p))
         .ok()
 });

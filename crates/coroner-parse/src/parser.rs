@@ -113,6 +113,10 @@ pub struct RankParser {
     recent: HashMap<u64, u64>,
     lines: u64,
     scratch: Vec<EventKind>,
+    /// The last bare line that made an `ErrorLine`, and when: the next lines of a run of the
+    /// same template (thousands of CUDA kernel asserts) are skipped with one comparison.
+    last_bare: String,
+    last_bare_at: u64,
 }
 
 impl RankParser {
@@ -125,6 +129,8 @@ impl RankParser {
             recent: HashMap::new(),
             lines: 0,
             scratch: Vec::new(),
+            last_bare: String::new(),
+            last_bare_at: 0,
         }
     }
 
@@ -251,10 +257,18 @@ impl RankParser {
             }
         } else if let Some(k) = launcher::slurm(t) {
             ks.push(k);
-        } else if !failures::bare(t, &mut ks) {
-            if let Some(step) = steps::step(t) {
-                ks.push(EventKind::Step { step });
+        } else if self.lines.saturating_sub(self.last_bare_at) < DEDUP_WINDOW
+            && same_template(t, &self.last_bare)
+        {
+            self.last_bare_at = self.lines;
+        } else if failures::bare(t, &mut ks) {
+            if matches!(ks.first(), Some(EventKind::ErrorLine { .. })) {
+                self.last_bare.clear();
+                self.last_bare.push_str(clip(t, 4096));
+                self.last_bare_at = self.lines;
             }
+        } else if let Some(step) = steps::step(t) {
+            ks.push(EventKind::Step { step });
         }
         ks.retain(|k| self.fresh(k));
         if !ks.is_empty() {
@@ -316,6 +330,41 @@ impl RankParser {
     }
 }
 
+/// Equal after every run of digits is taken as one digit (`thread: [3,0,0]` ~ `thread: [17,0,0]`).
+fn same_template(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if b.is_empty() || a.len().abs_diff(b.len()) > 16 || a.len() > 4096 {
+        return false;
+    }
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        // Skip equal stretches 16 bytes at a time.
+        while i + 16 <= a.len() && j + 16 <= b.len() && a[i..i + 16] == b[j..j + 16] {
+            i += 16;
+            j += 16;
+        }
+        if i >= a.len() || j >= b.len() {
+            break;
+        }
+        let (x, y) = (a[i], b[j]);
+        let in_run = i > 0 && j > 0 && a[i - 1].is_ascii_digit() && b[j - 1].is_ascii_digit();
+        if x != y && (x.is_ascii_digit() || y.is_ascii_digit()) && (in_run || (x.is_ascii_digit() && y.is_ascii_digit())) {
+            while i < a.len() && a[i].is_ascii_digit() {
+                i += 1;
+            }
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+        } else if x == y {
+            i += 1;
+            j += 1;
+        } else {
+            return false;
+        }
+    }
+    i == a.len() && j == b.len()
+}
+
 /// E-level c10d lines that narrate the dump procedure rather than report a failure.
 const GLOG_NOISE: [&str; 5] = [
     "signal dumping",
@@ -347,5 +396,22 @@ fn glog_line(g: &glog::Glog<'_>, ks: &mut Vec<EventKind>) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_template;
+
+    #[test]
+    fn templates_compare_modulo_digits() {
+        let a = "/pytorch/aten/src/ATen/native/cuda/IndexKernelUtils.cu:16: vectorized_gather_kernel: block: [146,0,0], thread: [3,0,0] Assertion `ind >=0` failed.";
+        let b = "/pytorch/aten/src/ATen/native/cuda/IndexKernelUtils.cu:16: vectorized_gather_kernel: block: [146,0,0], thread: [17,0,0] Assertion `ind >=0` failed.";
+        assert!(same_template(a, b) && same_template(b, a));
+        assert!(same_template("x 12 y", "x 123 y") && same_template("x 123 y", "x 12 y"));
+        assert!(!same_template("a1", "ab"));
+        assert!(!same_template(a, "something else entirely"));
+        assert!(!same_template("x", ""));
+        assert!(!same_template(&a.replace("thread", "threat"), b));
     }
 }

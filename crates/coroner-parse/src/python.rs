@@ -339,8 +339,11 @@ impl PyWarning {
         if !head.ends_with(':') {
             return None;
         }
-        let at = head.rfind(".py:")?;
-        let r = &t[at + 4..];
+        let stem = head[..head.len() - 1].trim_end_matches(|c: char| c.is_ascii_digit());
+        if !stem.ends_with(".py:") {
+            return None;
+        }
+        let r = &t[stem.len()..];
         let n = r.bytes().take_while(u8::is_ascii_digit).count();
         let r = r[n..].strip_prefix(": ")?;
         let (ty, _) = exc_header(r)?;
