@@ -69,6 +69,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn shapes() {
         let cases: &[(&str, Option<(u8, &str, &str)>)] = &[
             ("[E1130 08:59:11.424298747 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog", Some((b'E', "ProcessGroupNCCL.cpp:689", "[Rank 0] Watchdog"))),

@@ -383,10 +383,8 @@ fn glog_line(g: &glog::Glog<'_>, ks: &mut Vec<EventKind>) {
         return;
     }
     match g.level {
-        b'E' | b'F' => {
-            if !GLOG_NOISE.iter().any(|n| body.contains(n)) {
-                ks.push(EventKind::ErrorLine { message: body.to_string() });
-            }
+        b'E' | b'F' if !GLOG_NOISE.iter().any(|n| body.contains(n)) => {
+            ks.push(EventKind::ErrorLine { message: body.to_string() });
         }
         b'W' => {
             if failures::has_failure_phrase(body) {
