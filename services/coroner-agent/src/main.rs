@@ -116,7 +116,7 @@ fn main() {
 
 fn init_tracing(quiet: bool) {
     use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
-    use tracing_subscriber::fmt::{FmtContext, FormattedFields};
+    use tracing_subscriber::fmt::FmtContext;
     use tracing_subscriber::registry::LookupSpan;
     struct Compact;
     impl<S, N> FormatEvent<S, N> for Compact
@@ -131,7 +131,6 @@ fn init_tracing(quiet: bool) {
                 tracing::Level::WARN => write!(w, "warning: ")?,
                 _ => {}
             }
-            let _ = std::marker::PhantomData::<FormattedFields<N>>;
             ctx.format_fields(w.by_ref(), ev)?;
             writeln!(w)
         }

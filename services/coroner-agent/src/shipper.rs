@@ -107,7 +107,7 @@ pub struct Conn {
 }
 
 enum Event {
-    Connected(u64, Result<(Conn, mpsc::Receiver<AckEvent>), String>),
+    Connected(u64, Result<Box<(Conn, mpsc::Receiver<AckEvent>)>, String>),
     Clock(v1::ClockProbe),
     ExitReported(u64, bool),
 }
@@ -235,7 +235,8 @@ impl Shipper {
                     Event::Connected(g, result) if g == gen => {
                         connecting = false;
                         match result {
-                            Ok((c, rx)) => {
+                            Ok(pair) => {
+                                let (c, rx) = *pair;
                                 if warned {
                                     tracing::info!("reconnected to {}", self.cfg.server);
                                 }
@@ -364,7 +365,7 @@ impl Shipper {
                 for (path, file) in orphans {
                     replay::replay(channel.clone(), path, file).await;
                 }
-                connect(channel, request).await
+                connect(channel, request).await.map(Box::new)
             }
             .await;
             let _ = tx.send(Event::Connected(gen, result));
