@@ -25,7 +25,9 @@ use tantivy::directory::error::LockError;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{AllQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, TantivyError, Term};
+use tantivy::{
+    Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, TantivyError, Term,
+};
 
 /// The writer's memory budget, shared by its indexing threads.
 const WRITER_HEAP_BYTES: usize = 50_000_000;
@@ -36,7 +38,10 @@ const REPLAY_CHUNK: usize = 8192;
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     #[error("cannot create the index folder {path}: {source} (check the path and permissions)")]
-    CreateDir { path: PathBuf, source: std::io::Error },
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot open the index at {path}: {source} (check the path and permissions, or move a damaged index away)")]
     Open { path: PathBuf, source: TantivyError },
     #[error("the index at {0} is locked by another writer (is another coronerd running on this data dir?)")]
@@ -64,7 +69,9 @@ pub struct JobIndex {
 
 impl std::fmt::Debug for JobIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobIndex").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("JobIndex")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -72,14 +79,21 @@ impl JobIndex {
     /// Opens the index in `dir`, creating the folder and an empty index when there is none.
     /// Fails with [`IndexError::Locked`] when another writer holds the folder.
     pub fn open_or_create(dir: &Path) -> Result<JobIndex, IndexError> {
-        let open_err = |source| IndexError::Open { path: dir.to_path_buf(), source };
-        std::fs::create_dir_all(dir)
-            .map_err(|source| IndexError::CreateDir { path: dir.to_path_buf(), source })?;
+        let open_err = |source| IndexError::Open {
+            path: dir.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(|source| IndexError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let directory = MmapDirectory::open(dir).map_err(|e| open_err(e.into()))?;
         let (schema, fields) = build_schema();
         let index = Index::open_or_create(directory, schema).map_err(open_err)?;
         let writer = index.writer(WRITER_HEAP_BYTES).map_err(|e| match e {
-            TantivyError::LockFailure(LockError::LockBusy, _) => IndexError::Locked(dir.to_path_buf()),
+            TantivyError::LockFailure(LockError::LockBusy, _) => {
+                IndexError::Locked(dir.to_path_buf())
+            }
             other => open_err(other),
         })?;
         let reader = index
@@ -87,7 +101,13 @@ impl JobIndex {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()
             .map_err(open_err)?;
-        Ok(JobIndex { dir: dir.to_path_buf(), index, fields, writer: Mutex::new(writer), reader })
+        Ok(JobIndex {
+            dir: dir.to_path_buf(),
+            index,
+            fields,
+            writer: Mutex::new(writer),
+            reader,
+        })
     }
 
     /// The folder the index lives in.
@@ -139,10 +159,18 @@ impl JobIndex {
             .iter()
             .map(|(_, addr)| self.load(&searcher, *addr))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(SearchPage { hits, total, next_cursor })
+        Ok(SearchPage {
+            hits,
+            total,
+            next_cursor,
+        })
     }
 
-    fn load(&self, searcher: &Searcher, addr: tantivy::DocAddress) -> Result<IndexedLine, IndexError> {
+    fn load(
+        &self,
+        searcher: &Searcher,
+        addr: tantivy::DocAddress,
+    ) -> Result<IndexedLine, IndexError> {
         let doc: TantivyDocument = searcher.doc(addr)?;
         from_document(&self.fields, &doc)
     }
@@ -150,7 +178,10 @@ impl JobIndex {
     /// How many lines match `query` (tantivy syntax; empty = all) per rank; `None` = no rank.
     pub fn count_by_rank(&self, query: &str) -> Result<BTreeMap<Option<u32>, u64>, IndexError> {
         let query = search::parse_text_query(&self.index, &self.fields, query)?;
-        let stats = self.reader.searcher().search(&query, &OriginStatsCollector)?;
+        let stats = self
+            .reader
+            .searcher()
+            .search(&query, &OriginStatsCollector)?;
         let mut out = BTreeMap::new();
         for (origin, s) in stats {
             *out.entry(search::rank_of_origin(origin)).or_insert(0) += s.count;
@@ -160,7 +191,10 @@ impl JobIndex {
 
     /// Highest committed seq + 1 per (rank, stream): where an agent resumes.
     pub fn stream_positions(&self) -> Result<BTreeMap<(Option<u32>, Stream), u64>, IndexError> {
-        let stats = self.reader.searcher().search(&AllQuery, &OriginStatsCollector)?;
+        let stats = self
+            .reader
+            .searcher()
+            .search(&AllQuery, &OriginStatsCollector)?;
         Ok(stats
             .into_iter()
             .map(|(origin, s)| (unpack_origin(origin), s.max_seq.saturating_add(1)))
@@ -173,8 +207,10 @@ impl JobIndex {
     /// (which ingest deduplicates) may be handed over only once.
     pub fn for_each_line(&self, mut f: impl FnMut(IndexedLine)) -> Result<(), IndexError> {
         let searcher = self.reader.searcher();
-        let origins: BTreeMap<u64, _> =
-            searcher.search(&AllQuery, &OriginStatsCollector)?.into_iter().collect();
+        let origins: BTreeMap<u64, _> = searcher
+            .search(&AllQuery, &OriginStatsCollector)?
+            .into_iter()
+            .collect();
         for origin in origins.keys() {
             let query = TermQuery::new(
                 Term::from_field_u64(self.fields.origin, *origin),
@@ -182,7 +218,13 @@ impl JobIndex {
             );
             let mut from = 0u64;
             loop {
-                let chunk = searcher.search(&query, &SeqChunkCollector { from, k: REPLAY_CHUNK })?;
+                let chunk = searcher.search(
+                    &query,
+                    &SeqChunkCollector {
+                        from,
+                        k: REPLAY_CHUNK,
+                    },
+                )?;
                 for (_, addr) in &chunk {
                     f(self.load(&searcher, *addr)?);
                 }
@@ -194,6 +236,14 @@ impl JobIndex {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Commits what is buffered and waits for background merges: an orderly shutdown.
+    pub fn close(self) -> Result<(), IndexError> {
+        let mut writer = self.writer.into_inner().map_err(|_| IndexError::Poisoned)?;
+        writer.commit()?;
+        writer.wait_merging_threads()?;
         Ok(())
     }
 

@@ -6,9 +6,7 @@
 
 use crate::IndexError;
 use coroner_model::Stream;
-use tantivy::schema::{
-    Field, NumericOptions, Schema, Value, FAST, INDEXED, STORED, STRING, TEXT,
-};
+use tantivy::schema::{Field, NumericOptions, Schema, Value, FAST, INDEXED, STORED, STRING, TEXT};
 use tantivy::TantivyDocument;
 
 /// The stored `rank` of a line without a rank.
@@ -52,7 +50,10 @@ pub(crate) const F_CAPTURE: &str = "capture_ns";
 
 pub(crate) fn build_schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let all_num = NumericOptions::default().set_indexed().set_fast().set_stored();
+    let all_num = NumericOptions::default()
+        .set_indexed()
+        .set_fast()
+        .set_stored();
     let fields = Fields {
         // TEXT indexes positions, so phrase queries work; the default tokenizer lowercases.
         text: b.add_text_field("text", TEXT | STORED),
@@ -94,7 +95,11 @@ pub(crate) fn origin(rank: Option<u32>, stream: Stream) -> u64 {
 
 pub(crate) fn unpack_origin(o: u64) -> (Option<u32>, Stream) {
     let rank_key = o >> 2;
-    let rank = if rank_key == 0 { None } else { u32::try_from(rank_key - 1).ok() };
+    let rank = if rank_key == 0 {
+        None
+    } else {
+        u32::try_from(rank_key - 1).ok()
+    };
     (rank, stream_from_code(o & 3))
 }
 
@@ -123,7 +128,10 @@ pub(crate) fn to_document(f: &Fields, line: &IndexedLine) -> TantivyDocument {
 
 pub(crate) fn from_document(f: &Fields, doc: &TantivyDocument) -> Result<IndexedLine, IndexError> {
     let text = |field: Field| -> String {
-        doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string()
+        doc.get_first(field)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
     };
     let bytes = match doc.get_first(f.raw).and_then(|v| v.as_bytes()) {
         Some(raw) => raw.to_vec(),

@@ -60,9 +60,18 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<SortKey, IndexError> {
     if parts.next() != Some(CURSOR_VERSION) {
         return Err(bad());
     }
-    let capture = parts.next().and_then(|p| p.parse::<i64>().ok()).ok_or_else(bad)?;
-    let origin = parts.next().and_then(|p| p.parse::<u64>().ok()).ok_or_else(bad)?;
-    let seq = parts.next().and_then(|p| p.parse::<u64>().ok()).ok_or_else(bad)?;
+    let capture = parts
+        .next()
+        .and_then(|p| p.parse::<i64>().ok())
+        .ok_or_else(bad)?;
+    let origin = parts
+        .next()
+        .and_then(|p| p.parse::<u64>().ok())
+        .ok_or_else(bad)?;
+    let seq = parts
+        .next()
+        .and_then(|p| p.parse::<u64>().ok())
+        .ok_or_else(bad)?;
     if parts.next().is_some() {
         return Err(bad());
     }
@@ -80,7 +89,9 @@ pub(crate) fn parse_text_query(
     }
     let mut parser = QueryParser::for_index(index, vec![f.text]);
     parser.set_conjunction_by_default();
-    parser.parse_query(query).map_err(|e| IndexError::BadQuery(e.to_string()))
+    parser
+        .parse_query(query)
+        .map_err(|e| IndexError::BadQuery(e.to_string()))
 }
 
 fn term(t: Term) -> Box<dyn Query> {
@@ -97,13 +108,22 @@ pub(crate) fn build_query(
     let mut clauses: Vec<(Occur, Box<dyn Query>)> =
         vec![(Occur::Must, parse_text_query(index, f, &req.query)?)];
     if let Some(rank) = req.rank {
-        clauses.push((Occur::Must, term(Term::from_field_u64(f.rank, u64::from(rank)))));
+        clauses.push((
+            Occur::Must,
+            term(Term::from_field_u64(f.rank, u64::from(rank))),
+        ));
     }
     if let Some(stream) = req.stream {
-        clauses.push((Occur::Must, term(Term::from_field_text(f.stream, stream.as_str()))));
+        clauses.push((
+            Occur::Must,
+            term(Term::from_field_text(f.stream, stream.as_str())),
+        ));
     }
     if let Some(severity) = &req.severity {
-        clauses.push((Occur::Must, term(Term::from_field_text(f.severity, severity))));
+        clauses.push((
+            Occur::Must,
+            term(Term::from_field_text(f.severity, severity)),
+        ));
     }
     if let Some(kind) = &req.kind {
         clauses.push((Occur::Must, term(Term::from_field_text(f.kind, kind))));
@@ -154,7 +174,13 @@ mod tests {
         let key = (-5, 42, u64::MAX);
         assert_eq!(decode_cursor(&encode_cursor(key)).ok(), Some(key));
         assert!(matches!(decode_cursor("zz"), Err(IndexError::BadCursor(_))));
-        assert!(matches!(decode_cursor(&hex::encode("c1:1:2")), Err(IndexError::BadCursor(_))));
-        assert!(matches!(decode_cursor(&hex::encode("c9:1:2:3")), Err(IndexError::BadCursor(_))));
+        assert!(matches!(
+            decode_cursor(&hex::encode("c1:1:2")),
+            Err(IndexError::BadCursor(_))
+        ));
+        assert!(matches!(
+            decode_cursor(&hex::encode("c9:1:2:3")),
+            Err(IndexError::BadCursor(_))
+        ));
     }
 }

@@ -12,6 +12,7 @@ mod backend;
 mod error;
 mod postgres;
 mod records;
+mod rows;
 mod sql;
 mod sqlite;
 
@@ -35,12 +36,21 @@ pub const VERDICT_RUNNING: &str = "running";
 pub trait Metastore: Send + Sync {
     /// Records a job, or updates it: `last_seen_ns` and `world_size` only grow,
     /// `first_seen_ns` only shrinks.
-    async fn touch_job(&self, job: &JobId, world_size: Option<u32>, now_ns: i64) -> Result<(), StoreError>;
+    async fn touch_job(
+        &self,
+        job: &JobId,
+        world_size: Option<u32>,
+        now_ns: i64,
+    ) -> Result<(), StoreError>;
     /// Records an agent session; opening the same `session_id` again replaces it.
     async fn open_session(&self, s: &SessionRecord) -> Result<(), StoreError>;
     /// The job's sessions, oldest first.
     async fn sessions(&self, job: &JobId) -> Result<Vec<SessionRecord>, StoreError>;
-    async fn add_clock_samples(&self, job: &JobId, samples: &[ClockSample]) -> Result<(), StoreError>;
+    async fn add_clock_samples(
+        &self,
+        job: &JobId,
+        samples: &[ClockSample],
+    ) -> Result<(), StoreError>;
     /// The job's clock samples by rank, each rank's in the order they were added.
     async fn clock_samples(&self, job: &JobId) -> Result<Vec<ClockSample>, StoreError>;
     /// Records how a rank's process ended; a later end of the same rank replaces it.

@@ -26,11 +26,17 @@ impl PostgresStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
             .await
-            .map_err(|source| StoreError::ConnectPostgres { location: location.clone(), source })?;
+            .map_err(|source| StoreError::ConnectPostgres {
+                location: location.clone(),
+                source,
+            })?;
         MIGRATOR
             .run(&pool)
             .await
-            .map_err(|source| StoreError::Migrate { location: location.clone(), source })?;
+            .map_err(|source| StoreError::Migrate {
+                location: location.clone(),
+                source,
+            })?;
         Ok(PostgresStore { pool })
     }
 

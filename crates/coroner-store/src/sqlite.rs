@@ -4,7 +4,9 @@
 use crate::backend::impl_metastore;
 use crate::error::redact_url;
 use crate::StoreError;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -26,7 +28,10 @@ impl SqliteStore {
     /// applies the migrations.
     pub async fn connect(url: &str) -> Result<SqliteStore, StoreError> {
         let location = redact_url(url);
-        let open_err = |source| StoreError::OpenSqlite { location: location.clone(), source };
+        let open_err = |source| StoreError::OpenSqlite {
+            location: location.clone(),
+            source,
+        };
         let mut options = SqliteConnectOptions::from_str(url)
             .map_err(open_err)?
             .journal_mode(SqliteJournalMode::Wal)
@@ -47,7 +52,10 @@ impl SqliteStore {
         MIGRATOR
             .run(&pool)
             .await
-            .map_err(|source| StoreError::Migrate { location: location.clone(), source })?;
+            .map_err(|source| StoreError::Migrate {
+                location: location.clone(),
+                source,
+            })?;
         Ok(SqliteStore { pool })
     }
 
