@@ -1,0 +1,258 @@
+//! PyTorch NCCL flight recorder dumps (`nccl_trace_rank_<R>`): a pickled dict with `version`,
+//! `pg_config`, `pg_status` and `entries`. Read as data (see [`crate::pickle`]) into typed
+//! entries, and from them the collective-progress facts the correlation engine uses.
+
+use crate::pickle::{self, Value};
+use crate::SnapshotError;
+use coroner_model::{PgId, SeqNo};
+use std::collections::BTreeMap;
+
+/// One recorded collective or point-to-point operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrEntry {
+    pub record_id: Option<i64>,
+    pub pg_id: Option<i64>,
+    /// The process group's name from `process_group` (`("0", "default_pg")`), else `pg_id`.
+    pub pg_name: String,
+    pub collective_seq_id: Option<i64>,
+    pub p2p_seq_id: Option<i64>,
+    pub op_id: Option<i64>,
+    /// `nccl:all_reduce`.
+    pub profiling_name: String,
+    pub is_p2p: bool,
+    pub time_created_ns: Option<i64>,
+    /// `scheduled`, `started` or `completed`.
+    pub state: String,
+    pub input_sizes: Vec<Vec<i64>>,
+    pub output_sizes: Vec<Vec<i64>>,
+    pub input_dtypes: Vec<String>,
+    /// `function (file:line)`, innermost first as recorded.
+    pub frames: Vec<String>,
+}
+
+impl FrEntry {
+    /// `ALLREDUCE` from `nccl:all_reduce`.
+    pub fn op(&self) -> String {
+        let name = self.profiling_name.rsplit(':').next().unwrap_or(&self.profiling_name);
+        name.replace('_', "").to_ascii_uppercase()
+    }
+}
+
+/// What `pg_status` says about one process group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrPgStatus {
+    pub last_enqueued: Option<SeqNo>,
+    pub last_started: Option<SeqNo>,
+    pub last_completed: Option<SeqNo>,
+}
+
+/// A whole dump.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FlightRecord {
+    pub version: String,
+    /// Process group name to its description and ranks (`default_pg`, `[0, 1]`).
+    pub pg_config: BTreeMap<String, (String, String)>,
+    pub pg_status: BTreeMap<String, FrPgStatus>,
+    pub entries: Vec<FrEntry>,
+}
+
+/// The progress one rank's dump shows for one process group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrProgress {
+    pub pg: PgId,
+    pub last_enqueued: Option<SeqNo>,
+    pub last_started: Option<SeqNo>,
+    pub last_completed: Option<SeqNo>,
+    /// The oldest collective not completed: (seq, op, state, elements of its first input).
+    pub pending: Option<(SeqNo, String, String, Option<u64>)>,
+}
+
+fn seq(v: Option<&Value>) -> Option<SeqNo> {
+    v.and_then(Value::as_i64).and_then(|i| u64::try_from(i).ok()).map(SeqNo)
+}
+
+fn sizes(v: Option<&Value>) -> Vec<Vec<i64>> {
+    let Some(outer) = v.and_then(Value::as_seq) else { return Vec::new() };
+    outer.iter().map(|s| s.as_seq().map(|d| d.iter().filter_map(Value::as_i64).collect()).unwrap_or_default()).collect()
+}
+
+fn key_string(k: &Value) -> String {
+    match k {
+        Value::Str(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn entry(v: &Value) -> Result<FrEntry, SnapshotError> {
+    if !matches!(v, Value::Dict(_)) {
+        return Err(SnapshotError::Format("flight recorder entry is not a dict".into()));
+    }
+    let int = |k: &str| v.get(k).and_then(Value::as_i64);
+    let string = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let pg_name = match v.get("process_group").and_then(Value::as_seq) {
+        Some([name, ..]) => name.as_str().map(str::to_string),
+        _ => None,
+    };
+    let frames = v.get("frames").and_then(Value::as_seq).unwrap_or_default().iter().map(|f| {
+        let name = f.get("name").and_then(Value::as_str).unwrap_or("?");
+        let file = f.get("filename").and_then(Value::as_str).unwrap_or("?");
+        let line = f.get("line").and_then(Value::as_i64).unwrap_or(0);
+        format!("{name} ({file}:{line})")
+    });
+    Ok(FrEntry {
+        record_id: int("record_id"),
+        pg_id: int("pg_id"),
+        pg_name: pg_name.or_else(|| int("pg_id").map(|i| i.to_string())).unwrap_or_else(|| "0".into()),
+        collective_seq_id: int("collective_seq_id"),
+        p2p_seq_id: int("p2p_seq_id"),
+        op_id: int("op_id"),
+        profiling_name: string("profiling_name"),
+        is_p2p: matches!(v.get("is_p2p"), Some(Value::Bool(true))),
+        time_created_ns: int("time_created_ns"),
+        state: string("state"),
+        input_sizes: sizes(v.get("input_sizes")),
+        output_sizes: sizes(v.get("output_sizes")),
+        input_dtypes: v.get("input_dtypes").and_then(Value::as_seq).unwrap_or_default().iter().filter_map(|d| d.as_str().map(str::to_string)).collect(),
+        frames: frames.collect(),
+    })
+}
+
+/// Reads a dump. A dict without `entries` is not a flight recorder dump.
+pub fn parse(bytes: &[u8]) -> Result<FlightRecord, SnapshotError> {
+    let top = pickle::parse(bytes)?;
+    let Value::Dict(items) = &top else {
+        return Err(SnapshotError::Format("flight recorder dump is not a dict".into()));
+    };
+    let entries = top.get("entries").and_then(Value::as_seq).ok_or_else(|| SnapshotError::Format("no `entries` list: not a flight recorder dump".into()))?;
+    let mut rec = FlightRecord {
+        version: match top.get("version") { Some(Value::Str(s)) => s.clone(), Some(v) => format!("{v:?}"), None => String::new() },
+        entries: entries.iter().map(entry).collect::<Result<_, _>>()?,
+        ..Default::default()
+    };
+    let _ = items;
+    if let Some(Value::Dict(cfg)) = top.get("pg_config") {
+        for (k, v) in cfg {
+            let desc = v.get("desc").and_then(Value::as_str).unwrap_or_default().to_string();
+            let ranks = match v.get("ranks") { Some(Value::Str(s)) => s.clone(), Some(other) => format!("{other:?}"), None => String::new() };
+            rec.pg_config.insert(key_string(k), (desc, ranks));
+        }
+    }
+    if let Some(Value::Dict(status)) = top.get("pg_status") {
+        for (k, v) in status {
+            rec.pg_status.insert(key_string(k), FrPgStatus {
+                last_enqueued: seq(v.get("last_enqueued_collective")),
+                last_started: seq(v.get("last_started_collective")),
+                last_completed: seq(v.get("last_completed_collective")),
+            });
+        }
+    }
+    Ok(rec)
+}
+
+fn raise(slot: &mut Option<SeqNo>, v: SeqNo) {
+    *slot = Some(slot.map_or(v, |o| o.max(v)));
+}
+
+impl FlightRecord {
+    /// Per process group: last enqueued / started / completed collective and the oldest pending
+    /// one, from the entries and `pg_status` together (the ring buffer may have dropped old
+    /// entries; `pg_status` may be missing in old versions).
+    pub fn progress(&self) -> Vec<FrProgress> {
+        let mut by_pg: BTreeMap<String, FrProgress> = BTreeMap::new();
+        let slot = |by_pg: &mut BTreeMap<String, FrProgress>, pg: &str| {
+            by_pg.entry(pg.to_string()).or_insert_with(|| FrProgress { pg: PgId(pg.to_string()), last_enqueued: None, last_started: None, last_completed: None, pending: None }).clone()
+        };
+        for e in self.entries.iter().filter(|e| !e.is_p2p) {
+            let Some(s) = e.collective_seq_id.and_then(|s| u64::try_from(s).ok()).map(SeqNo) else { continue };
+            let mut p = slot(&mut by_pg, &e.pg_name);
+            raise(&mut p.last_enqueued, s);
+            match e.state.as_str() {
+                "completed" => { raise(&mut p.last_started, s); raise(&mut p.last_completed, s); }
+                "started" => raise(&mut p.last_started, s),
+                _ => {}
+            }
+            if e.state != "completed" && p.pending.as_ref().is_none_or(|(ps, ..)| s < *ps) {
+                let numel = e.input_sizes.first().map(|d| d.iter().map(|x| u64::try_from(*x).unwrap_or(0)).product());
+                p.pending = Some((s, e.op(), e.state.clone(), numel));
+            }
+            by_pg.insert(e.pg_name.clone(), p);
+        }
+        for (pg, st) in &self.pg_status {
+            let mut p = slot(&mut by_pg, pg);
+            for (dst, src) in [(&mut p.last_enqueued, st.last_enqueued), (&mut p.last_started, st.last_started), (&mut p.last_completed, st.last_completed)] {
+                if let Some(v) = src { raise(dst, v); }
+            }
+            by_pg.insert(pg.clone(), p);
+        }
+        by_pg.into_values().collect()
+    }
+
+    /// Short lines for the report.
+    pub fn highlights(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in self.progress() {
+            let n = |s: Option<SeqNo>| s.map_or("none".to_string(), |s| s.to_string());
+            let mut line = format!(
+                "flight recorder: pg {} last enqueued {}, started {}, completed {}",
+                p.pg, n(p.last_enqueued), n(p.last_started), n(p.last_completed)
+            );
+            if let Some((seq, op, state, numel)) = &p.pending {
+                line.push_str(&format!("; pending {op} seq {seq} {state}"));
+                if let Some(n) = numel {
+                    line.push_str(&format!(" ({n} elements)"));
+                }
+            }
+            out.push(line);
+        }
+        if out.is_empty() {
+            out.push(format!("flight recorder: {} entries, no collectives", self.entries.len()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R0: &[u8] = include_bytes!("../../../tests/data/snapshots/hang_nccl_trace_rank_0");
+    const R1: &[u8] = include_bytes!("../../../tests/data/snapshots/hang_nccl_trace_rank_1");
+
+    #[test]
+    fn corpus_hang_dumps() {
+        let r1 = parse(R1).unwrap();
+        assert_eq!(r1.version, "2.10");
+        assert_eq!(r1.entries.len(), 10);
+        let e = &r1.entries[0];
+        assert_eq!((e.pg_name.as_str(), e.collective_seq_id, e.op().as_str(), e.state.as_str()), ("0", Some(1), "ALLGATHER", "completed"));
+        assert_eq!(e.input_sizes, vec![vec![1]]);
+        assert_eq!(e.output_sizes, vec![vec![2, 1]]);
+        assert!(e.frames[0].starts_with("_verify_param_shape_across_processes ("));
+        assert_eq!(r1.pg_config.get("0"), Some(&("default_pg".to_string(), "[0, 1]".to_string())));
+        let p1 = r1.progress();
+        assert_eq!(p1.len(), 1);
+        assert_eq!((p1[0].last_enqueued, p1[0].last_completed, p1[0].pending.clone()), (Some(SeqNo(10)), Some(SeqNo(10)), None));
+
+        let r0 = parse(R0).unwrap();
+        let p0 = r0.progress();
+        assert_eq!(p0[0].last_enqueued, Some(SeqNo(11)));
+        assert_eq!(p0[0].last_completed, Some(SeqNo(10)));
+        assert_eq!(p0[0].pending, Some((SeqNo(11), "ALLREDUCE".into(), "scheduled".into(), Some(1153))));
+        assert_eq!(r0.highlights(), vec!["flight recorder: pg 0 last enqueued 11, started 10, completed 10; pending ALLREDUCE seq 11 scheduled (1153 elements)"]);
+    }
+
+    #[test]
+    fn every_truncation_is_an_error_not_a_panic() {
+        for cut in 0..R0.len() {
+            assert!(parse(&R0[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn other_pickles_are_not_dumps() {
+        // A pickled empty dict and a pickled list.
+        assert!(parse(b"\x80\x02}.").unwrap_err().to_string().contains("not a flight recorder dump"));
+        assert!(parse(b"\x80\x02].").unwrap_err().to_string().contains("not a dict"));
+    }
+}

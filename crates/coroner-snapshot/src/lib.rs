@@ -1,0 +1,128 @@
+//! Readers for crash snapshots: bytes in, typed facts out, no IO.
+//!
+//! Each reader takes a file's bytes and returns what it understood, or a [`SnapshotError`] that
+//! says why not; none panics on bad input and none executes anything (pickles are read as data by
+//! [`pickle`], never unpickled). [`highlights`] picks the reader by snapshot kind and returns the
+//! short lines the report shows; [`flight_recorder::FlightRecord::progress`] turns a flight
+//! recorder dump into collective-progress facts for the correlation engine.
+//!
+//! | kind | reader |
+//! | --- | --- |
+//! | `flight_recorder` | [`flight_recorder`]: PyTorch NCCL flight recorder pickles |
+//! | `state_dict` | [`state_dict`]: `torch.save` zips, names/shapes/dtypes only |
+//! | `nvidia_smi` | [`nvidia_smi`]: `nvidia-smi -q -x` XML |
+//! | `memory_summary` | [`memory_summary`]: `torch.cuda.memory_summary()` text |
+//! | `stack` | [`stack`]: crash hook `stack.txt`, faulthandler output |
+//! | `core` | [`core`]: ELF core notes |
+//! | `kernel_log` | [`kernel_log`]: dmesg Xid / ECC / OOM-killer lines |
+
+pub mod core;
+pub mod flight_recorder;
+pub mod kernel_log;
+pub mod memory_summary;
+pub mod nvidia_smi;
+pub mod pickle;
+pub mod stack;
+pub mod state_dict;
+
+pub use flight_recorder::{FlightRecord, FrEntry, FrProgress};
+
+/// Why a snapshot could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("pickle: {0}")]
+    Pickle(String),
+    #[error("{0}")]
+    Format(String),
+    #[error("empty file")]
+    Empty,
+}
+
+/// The kind of a snapshot from its folder and file name (`flight_recorder`, `stack`,
+/// `memory_summary`, `state_dict`, `nvidia_smi`, `core`, `kernel_log`, `other`).
+pub fn kind_of(folder: &str, name: &str) -> &'static str {
+    let lower = name.to_ascii_lowercase();
+    if folder == "flight_recorder" || lower.starts_with("nccl_trace_rank_") || lower.contains("flight_recorder") || lower.starts_with("fr_") {
+        "flight_recorder"
+    } else if lower.contains("stack") || lower.contains("faulthandler") || lower.contains("traceback") {
+        "stack"
+    } else if lower.contains("memory_summary") {
+        "memory_summary"
+    } else if lower.contains("state_dict") || lower.ends_with(".pt") || lower.ends_with(".pth") {
+        "state_dict"
+    } else if lower.contains("nvidia-smi") && lower.ends_with(".xml") || lower.contains("nvidia_smi") {
+        "nvidia_smi"
+    } else if lower.starts_with("core") {
+        "core"
+    } else if lower.contains("dmesg") || lower.contains("kern") {
+        "kernel_log"
+    } else {
+        "other"
+    }
+}
+
+/// Short human lines for the report. `kind` picks the reader (see [`kind_of`]); an `other` file
+/// is sniffed by its first bytes. An unknown kind gives no lines.
+pub fn highlights(kind: &str, name: &str, bytes: &[u8]) -> Result<Vec<String>, SnapshotError> {
+    if bytes.is_empty() {
+        return Err(SnapshotError::Empty);
+    }
+    let kind = if kind == "other" || kind.is_empty() { sniff(name, bytes) } else { kind };
+    Ok(match kind {
+        "flight_recorder" => flight_recorder::parse(bytes)?.highlights(),
+        "state_dict" => state_dict::parse(bytes)?.highlights(),
+        "nvidia_smi" => nvidia_smi::parse(bytes)?.highlights(),
+        "memory_summary" => memory_summary::parse(bytes)?.highlights(),
+        "stack" => stack::parse(bytes)?.highlights(),
+        "core" => core::parse(bytes)?.highlights(),
+        "kernel_log" => kernel_log::highlights(bytes),
+        _ => Vec::new(),
+    })
+}
+
+/// The kind of an unnamed file from its content.
+fn sniff(name: &str, b: &[u8]) -> &'static str {
+    let head = &b[..b.len().min(512)];
+    let text = String::from_utf8_lossy(head);
+    if b.starts_with(b"\x7fELF") {
+        "core"
+    } else if b.starts_with(b"PK\x03\x04") {
+        "state_dict"
+    } else if b.first() == Some(&0x80) {
+        "flight_recorder"
+    } else if text.contains("<nvidia_smi_log") {
+        "nvidia_smi"
+    } else if text.contains("memory summary") {
+        "memory_summary"
+    } else if text.contains("Fatal Python error") || text.contains("Traceback (most recent call last)") || text.starts_with("reason:") || text.contains("most recent call first") {
+        "stack"
+    } else {
+        let _ = name;
+        "other"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_from_names() {
+        assert_eq!(kind_of("flight_recorder", "nccl_trace_rank_1"), "flight_recorder");
+        assert_eq!(kind_of("snapshots", "rank1.memory_summary.txt"), "memory_summary");
+        assert_eq!(kind_of("host", "nvidia-smi-q.xml"), "nvidia_smi");
+        assert_eq!(kind_of("host", "dmesg-tail.txt"), "kernel_log");
+        assert_eq!(kind_of("snapshots", "core.1234"), "core");
+        assert_eq!(kind_of("host", "topo.txt"), "other");
+    }
+
+    #[test]
+    fn highlights_dispatch_and_sniff() {
+        let ms = include_bytes!("../../../tests/data/snapshots/rank1.memory_summary.txt");
+        assert_eq!(highlights("memory_summary", "x", ms).unwrap()[0], "peak allocated 65.0 MiB, reserved 66.0 MiB");
+        assert_eq!(highlights("other", "dump.bin", ms).unwrap()[0], "peak allocated 65.0 MiB, reserved 66.0 MiB");
+        assert_eq!(highlights("core", "core", b""), Err(SnapshotError::Empty));
+        assert!(highlights("state_dict", "x.pt", b"not a zip").is_err());
+        assert_eq!(highlights("other", "topo.txt", b"GPU0 X NV18").unwrap(), Vec::<String>::new());
+    }
+}
