@@ -1,1 +1,157 @@
+//! The real coronerd on free ports, real coroner-agents around a real multi-rank CPU job
+//! (examples/ring_job.py) in which one rank fails, and the report read back over gRPC.
 
+use coroner_tests::{binary, data_dir};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// A coronerd process, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    _data: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        let data = tempfile::tempdir().expect("tempdir");
+        let (grpc, http) = (free_port(), free_port());
+        let child = Command::new(binary("coronerd"))
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start coronerd");
+        let url = format!("http://127.0.0.1:{grpc}");
+        let server = Server { child, url, _data: data };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while server.coroner(&["jobs"]).status.code() != Some(0) {
+            assert!(Instant::now() < deadline, "coronerd did not come up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    fn coroner(&self, args: &[&str]) -> Output {
+        Command::new(binary("coroner")).arg("--server").arg(&self.url).args(args).output().expect("run coroner")
+    }
+
+    fn report(&self, job: &str) -> serde_json::Value {
+        let out = self.coroner(&["report", job, "--json"]);
+        assert!(out.status.success(), "coroner report: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("report JSON")
+    }
+
+    /// Waits until the report's verdict is no longer `running` (the server debounces reports).
+    fn settled_report(&self, job: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = self.report(job);
+            if r["verdict"] != "running" || Instant::now() > deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ring_job() -> PathBuf {
+    data_dir().join("../../examples/ring_job.py")
+}
+
+/// Runs `world` agents, one per rank, around the ring job; returns each agent's exit code.
+fn run_job(server: &Server, job: &str, world: u32, fault: &str, fault_rank: u32, spool: &Path) -> Vec<Option<i32>> {
+    let port = free_port() as u32 + 100;
+    let children: Vec<Child> = (0..world)
+        .map(|rank| {
+            Command::new(binary("coroner-agent"))
+                .args(["run", "--job", job, "--server", &server.url, "--flush-timeout", "10"])
+                .arg("--spool-dir")
+                .arg(spool)
+                .args(["--", "python3"])
+                .arg(ring_job())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("MASTER_PORT", port.to_string())
+                .env("STEPS", "6")
+                .env("STEP_SECONDS", "0.05")
+                .env("COLLECTIVE_TIMEOUT", "3")
+                .env("FAULT", fault)
+                .env("FAULT_RANK", fault_rank.to_string())
+                .env("FAULT_STEP", "2")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start coroner-agent")
+        })
+        .collect();
+    children.into_iter().map(|mut c| c.wait().expect("agent exit").code()).collect()
+}
+
+#[test]
+fn agents_around_a_failing_cpu_job_name_the_rank_that_died() {
+    let server = Server::start();
+    let spool = tempfile::tempdir().expect("tempdir");
+    let codes = run_job(&server, "e2e-kill", 3, "kill", 1, spool.path());
+    assert_eq!(codes[1], Some(137), "the agent exits as the shell would for SIGKILL: {codes:?}");
+    assert!(codes.iter().all(|c| *c != Some(0)), "every rank fails after rank 1 dies: {codes:?}");
+    let report = server.settled_report("e2e-kill");
+    assert_eq!(report["verdict"], "failed", "{report:#}");
+    assert_eq!(report["first_failure"]["rank"], 1, "{report:#}");
+    assert_eq!(report["first_failure"]["class"], "killed", "{report:#}");
+    let cascade = report["cascade"].as_array().expect("cascade");
+    assert_eq!(cascade.len(), 2, "both other ranks are in the cascade: {report:#}");
+    // Clock samples reached the server: offsets come from NTP-style exchanges.
+    assert!(report["ranks"].as_array().expect("ranks").iter().all(|r| r["clock"]["source"] == "ntp" || r["clock"]["source"] == "steps"));
+}
+
+#[test]
+fn agents_around_a_hung_rank_name_the_silent_one() {
+    let server = Server::start();
+    let spool = tempfile::tempdir().expect("tempdir");
+    let _ = run_job(&server, "e2e-hang", 3, "hang", 2, spool.path());
+    let report = server.settled_report("e2e-hang");
+    assert_eq!(report["first_failure"]["rank"], 2, "{report:#}");
+    assert_eq!(report["first_failure"]["class"], "hang", "{report:#}");
+}
+
+#[test]
+fn an_imported_bundle_gets_the_same_diagnosis_as_offline_analysis() {
+    let server = Server::start();
+    for name in ["nccl2_oom_r1", "torchrun_oom_r1", "gloo8_hang_r5"] {
+        let bundle = data_dir().join("corpus").join(name);
+        let out = server.coroner(&["import", bundle.to_str().expect("utf-8 path"), "--job", name]);
+        assert!(out.status.success(), "import {name}: {}", String::from_utf8_lossy(&out.stderr));
+        let online = server.settled_report(name);
+        let offline_out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(&bundle).output().expect("analyze");
+        let offline: serde_json::Value = serde_json::from_slice(&offline_out.stdout).expect("json");
+        for field in ["rank", "class", "time"] {
+            assert_eq!(online["first_failure"][field], offline["first_failure"][field], "{name}: {field}");
+        }
+        assert_eq!(online["verdict"], offline["verdict"], "{name}");
+        // Importing again is idempotent: the server deduplicates by (rank, stream, sequence).
+        let again = server.coroner(&["import", bundle.to_str().expect("utf-8 path"), "--job", name]);
+        assert!(again.status.success());
+        let lines_before = online["ranks"].as_array().map(|r| r.iter().map(|x| x["lines"].as_u64().unwrap_or(0)).sum::<u64>());
+        let after = server.settled_report(name);
+        let lines_after = after["ranks"].as_array().map(|r| r.iter().map(|x| x["lines"].as_u64().unwrap_or(0)).sum::<u64>());
+        assert_eq!(lines_before, lines_after, "{name}: a second import added lines");
+    }
+    let search = server.coroner(&["search", "nccl2_oom_r1", "OutOfMemoryError", "--json"]);
+    let hits: serde_json::Value = serde_json::from_slice(&search.stdout).expect("search JSON");
+    assert!(hits.as_array().is_some_and(|h| !h.is_empty() && h.iter().all(|x| x["rank"] == 1)), "{hits:#}");
+}

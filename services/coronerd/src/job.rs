@@ -13,6 +13,7 @@ use coroner_model::{JobId, LogLine, Rank, Report, Stream};
 use coroner_pipeline::JobPipeline;
 use coroner_store::Metastore;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -36,7 +37,10 @@ pub struct Job {
     positions: Mutex<Positions>,
     commits: mpsc::Sender<CommitRequest>,
     dirty: Arc<Notify>,
+    /// Bumped whenever the evidence changes; a published report carries the version it saw.
+    version: Arc<AtomicU64>,
     report: watch::Sender<Option<Arc<Report>>>,
+    published_version: AtomicU64,
 }
 
 impl Job {
@@ -59,7 +63,9 @@ impl Job {
             positions: Mutex::new(positions),
             commits,
             dirty: Arc::new(Notify::new()),
+            version: Arc::new(AtomicU64::new(1)),
             report,
+            published_version: AtomicU64::new(0),
         });
         tokio::spawn(committer(job.clone(), rx, store.clone(), metrics.clone()));
         tokio::spawn(reporter(Arc::downgrade(&job), store, rules, metrics));
@@ -86,6 +92,7 @@ impl Job {
     pub fn update(&self, f: impl FnOnce(&mut JobPipeline)) {
         if let Ok(mut p) = self.pipeline.lock() {
             f(&mut p);
+            self.version.fetch_add(1, Ordering::SeqCst);
         }
         self.dirty.notify_one();
     }
@@ -94,18 +101,39 @@ impl Job {
         self.report.subscribe()
     }
 
-    /// The newest report, computing one now if none was published yet.
+    /// The report over all evidence committed so far: the published one if it is current,
+    /// else computed now (a reader never sees a report older than what was acknowledged to it).
     pub async fn current_report(&self, rules: &Arc<RuleSet>) -> Result<Arc<Report>, ServiceError> {
-        if let Some(r) = self.report.borrow().clone() {
-            return Ok(r);
+        let wanted = self.version.load(Ordering::SeqCst);
+        if self.published_version.load(Ordering::SeqCst) >= wanted {
+            if let Some(r) = self.report.borrow().clone() {
+                return Ok(r);
+            }
         }
         let pipeline = self.pipeline.clone();
         let rules = rules.clone();
-        let report = tokio::task::spawn_blocking(move || {
-            pipeline.lock().map(|p| p.report(&rules)).map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))
+        let version = self.version.clone();
+        let (report, seen) = tokio::task::spawn_blocking(move || {
+            pipeline
+                .lock()
+                .map(|p| (p.report(&rules), version.load(Ordering::SeqCst)))
+                .map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))
         })
         .await??;
-        Ok(Arc::new(report))
+        let report = Arc::new(report);
+        self.publish(report.clone(), seen);
+        Ok(report)
+    }
+
+    /// Publishes a report computed at evidence version `seen`, unless a newer one is out.
+    fn publish(&self, report: Arc<Report>, seen: u64) {
+        if self.published_version.fetch_max(seen, Ordering::SeqCst) > seen {
+            return;
+        }
+        let changed = self.report.borrow().as_deref() != Some(&*report);
+        if changed {
+            self.report.send_replace(Some(report));
+        }
     }
 
     /// Waits for queued commits to finish (used at shutdown).
@@ -145,21 +173,23 @@ async fn committer(job: Arc<Job>, mut rx: mpsc::Receiver<CommitRequest>, store: 
         };
         if outcome.is_ok() {
             job.advance(&lines);
-            metrics.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            metrics.commit_seconds_sum_us.fetch_add(started.elapsed().as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
-            metrics.lines_ingested.fetch_add(lines.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            metrics.bytes_ingested.fetch_add(lines.iter().map(|l| l.bytes.len() as u64).sum(), std::sync::atomic::Ordering::Relaxed);
-            metrics.batches.fetch_add(requests.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            metrics.commits.fetch_add(1, Ordering::Relaxed);
+            metrics.commit_seconds_sum_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            metrics.lines_ingested.fetch_add(lines.len() as u64, Ordering::Relaxed);
+            metrics.bytes_ingested.fetch_add(lines.iter().map(|l| l.bytes.len() as u64).sum(), Ordering::Relaxed);
+            metrics.batches.fetch_add(requests.len() as u64, Ordering::Relaxed);
             let n = lines.len() as u64;
             if let Err(e) = store.add_lines_count(&job.id, n).await {
                 tracing::warn!(job = %job.id, error = %e, "could not update the line count");
             }
             let pipeline = job.pipeline.clone();
+            let version = job.version.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 if let Ok(mut p) = pipeline.lock() {
                     for l in lines {
                         p.push_line(l);
                     }
+                    version.fetch_add(1, Ordering::SeqCst);
                 }
             })
             .await;
@@ -239,18 +269,21 @@ fn severity(bytes: &[u8]) -> &'static str {
 
 async fn reporter(job: std::sync::Weak<Job>, store: Arc<dyn Metastore>, rules: Arc<RuleSet>, metrics: Arc<Metrics>) {
     loop {
-        let (dirty, pipeline, id) = match job.upgrade() {
-            Some(j) => (j.dirty.clone(), j.pipeline.clone(), j.id.clone()),
+        let (dirty, pipeline, version, id) = match job.upgrade() {
+            Some(j) => (j.dirty.clone(), j.pipeline.clone(), j.version.clone(), j.id.clone()),
             None => return,
         };
         dirty.notified().await;
         tokio::time::sleep(REPORT_DEBOUNCE).await;
         let started = Instant::now();
         let rules2 = rules.clone();
-        let computed = tokio::task::spawn_blocking(move || pipeline.lock().ok().map(|p| p.report(&rules2))).await;
-        let Ok(Some(report)) = computed else { continue };
-        metrics.reports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        metrics.report_seconds_sum_us.fetch_add(started.elapsed().as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+        let computed = tokio::task::spawn_blocking(move || {
+            pipeline.lock().ok().map(|p| (p.report(&rules2), version.load(Ordering::SeqCst)))
+        })
+        .await;
+        let Ok(Some((report, seen))) = computed else { continue };
+        metrics.reports.fetch_add(1, Ordering::Relaxed);
+        metrics.report_seconds_sum_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         let culprit = report.first_failure.as_ref().and_then(|f| f.rank);
         let class = report.first_failure.as_ref().map(|f| f.class.as_str());
         let json = serde_json::to_string(&report).unwrap_or_default();
@@ -258,9 +291,6 @@ async fn reporter(job: std::sync::Weak<Job>, store: Arc<dyn Metastore>, rules: A
             tracing::warn!(job = %id, error = %e, "could not save the report");
         }
         let Some(job) = job.upgrade() else { return };
-        let changed = job.report.borrow().as_deref() != Some(&report);
-        if changed {
-            job.report.send_replace(Some(Arc::new(report)));
-        }
+        job.publish(Arc::new(report), seen);
     }
 }

@@ -8,7 +8,7 @@ use coronerd::config::Config;
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORONER_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("CORONER_LOG").unwrap_or_else(|_| "info,tantivy=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
