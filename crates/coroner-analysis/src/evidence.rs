@@ -1,7 +1,7 @@
 //! What the analysis reads: a job's typed events, process ends, clock samples and snapshot facts.
 //! Built by the pipeline (offline from files, online from agents); the analysis never sees lines.
 
-use coroner_model::{ClockSample, Event, Nanos, ProcessEnd, Rank, SnapshotSummary};
+use coroner_model::{ClockSample, Event, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
 use std::collections::BTreeMap;
 
 /// Everything known about one job at one moment.
@@ -16,6 +16,9 @@ pub struct JobEvidence {
     pub ends: Vec<ProcessEnd>,
     pub clock_samples: Vec<ClockSample>,
     pub snapshots: Vec<SnapshotSummary>,
+    /// Collective progress read from flight recorder dumps: (rank, process group, last enqueued,
+    /// last started, last completed). A rank without a dump simply has no rows here.
+    pub fr_progress: Vec<(Rank, PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>)>,
     /// True when no more evidence is expected (an offline bundle, or every agent reported its end).
     pub finished: bool,
     /// Problems the pipeline met in its input, passed through to the report's notes.

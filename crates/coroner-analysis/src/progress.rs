@@ -1,5 +1,5 @@
 //! Collective progress per process group and rank, from watchdog, PG-status and dump-signal lines
-//! (and, through the same events, flight recorder dumps). From it: who never issued collective k.
+//! and from flight recorder dumps (`JobEvidence::fr_progress`). From it: who never issued collective k.
 
 use crate::evidence::JobEvidence;
 use coroner_model::{CollectiveRow, EventKind, PgId, Rank, SeqNo};
@@ -66,6 +66,12 @@ pub fn collect(evidence: &JobEvidence) -> Progress {
             let entry = progress.groups.entry(pg).or_default().entry(*rank).or_default();
             update(entry);
         }
+    }
+    for (rank, pg, en, st, co) in &evidence.fr_progress {
+        let p = progress.groups.entry(normalize_pg(pg)).or_default().entry(*rank).or_default();
+        raise(&mut p.last_enqueued, *en);
+        raise(&mut p.last_started, *st);
+        raise(&mut p.last_completed, *co);
     }
     progress
 }

@@ -194,7 +194,10 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
         load_torchrun_logs(&torchrun_logs, sink, summary);
     }
     for s in scan_snapshots(dir, &mut summary.warnings) {
-        sink.snapshot(s, dir);
+        if let Some((rank, rows)) = s.fr_progress {
+            sink.fr_progress(rank, rows);
+        }
+        sink.snapshot(s.summary, dir);
     }
     Ok(())
 }

@@ -7,7 +7,7 @@
 mod bundle;
 mod lines;
 mod logfile;
-mod snapshots;
+pub mod snapshots;
 
 pub use bundle::{load_paths, rank_from_name, LoadSummary};
 
@@ -22,6 +22,9 @@ pub trait Sink {
     fn world_size(&mut self, n: u32);
     /// A snapshot file, found in `bundle_dir` under `summary.name`.
     fn snapshot(&mut self, summary: SnapshotSummary, bundle_dir: &Path);
+    /// Collective progress read from a flight recorder dump (a sink that keeps the file itself,
+    /// like an import to a server that reads it there, can ignore it).
+    fn fr_progress(&mut self, _rank: coroner_model::Rank, _rows: snapshots::FrRows) {}
     fn note(&mut self, note: String);
     fn finished(&mut self);
 }
@@ -38,6 +41,9 @@ impl Sink for JobPipeline {
     }
     fn snapshot(&mut self, summary: SnapshotSummary, _bundle_dir: &Path) {
         self.add_snapshot(summary);
+    }
+    fn fr_progress(&mut self, rank: coroner_model::Rank, rows: snapshots::FrRows) {
+        self.add_fr_progress(rank, rows);
     }
     fn note(&mut self, note: String) {
         self.add_note(note);

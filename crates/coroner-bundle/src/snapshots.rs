@@ -1,32 +1,12 @@
 //! A bundle's snapshot folders: `snapshots/`, `flight_recorder/` and `host/`. Each file is listed
-//! with its size and sha256 so the report can point at it; reading the contents is the snapshot
-//! readers' job.
+//! with its size, sha256 and the highlights the snapshot readers find in it. A file they cannot
+//! read gets an `unreadable: ...` highlight; it never fails the load.
 
-use coroner_model::{Rank, SnapshotSummary};
+use coroner_model::{PgId, Rank, SeqNo, SnapshotSummary};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// The kind of a snapshot, from its file name.
-pub fn kind_of(folder: &str, name: &str) -> &'static str {
-    let lower = name.to_ascii_lowercase();
-    if folder == "flight_recorder" || lower.starts_with("nccl_trace_rank_") {
-        "flight_recorder"
-    } else if lower.contains("stack") {
-        "stack"
-    } else if lower.contains("memory_summary") {
-        "memory_summary"
-    } else if lower.contains("state_dict") || lower.ends_with(".pt") || lower.ends_with(".pth") {
-        "state_dict"
-    } else if lower.contains("nvidia-smi") && lower.ends_with(".xml") {
-        "nvidia_smi"
-    } else if lower.starts_with("core") {
-        "core"
-    } else if lower.contains("dmesg") || lower.contains("kern") {
-        "kernel_log"
-    } else {
-        "other"
-    }
-}
+pub use coroner_snapshot::kind_of;
 
 /// The rank a snapshot belongs to: `rank3.stack.txt`, or the flight recorder's `nccl_trace_rank_3`.
 fn rank_of(name: &str) -> Option<Rank> {
@@ -38,7 +18,29 @@ fn rank_of(name: &str) -> Option<Rank> {
     digits.parse().ok().map(Rank)
 }
 
-pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<SnapshotSummary> {
+/// Flight recorder progress of one dump: (process group, last enqueued, started, completed).
+pub type FrRows = Vec<(PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>)>;
+
+/// A snapshot file read from a bundle.
+pub struct Scanned {
+    pub summary: SnapshotSummary,
+    /// For a readable flight recorder dump of a known rank.
+    pub fr_progress: Option<(Rank, FrRows)>,
+}
+
+/// What the readers make of one file: highlights, and progress for a flight recorder dump.
+pub fn read_snapshot(kind: &str, name: &str, rank: Option<Rank>, bytes: &[u8]) -> (Vec<String>, Option<(Rank, FrRows)>) {
+    let facts = coroner_snapshot::facts(kind, name, bytes, bytes.len() as u64);
+    let progress = match rank {
+        Some(r) if !facts.fr_progress.is_empty() => {
+            Some((r, facts.fr_progress.into_iter().map(|p| (p.pg, p.last_enqueued, p.last_started, p.last_completed)).collect()))
+        }
+        _ => None,
+    };
+    (facts.highlights, progress)
+}
+
+pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
     let mut out = Vec::new();
     for folder in ["snapshots", "flight_recorder", "host"] {
         let Ok(entries) = std::fs::read_dir(dir.join(folder)) else { continue };
@@ -47,14 +49,21 @@ pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<SnapshotSum
         for path in paths {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             match std::fs::read(&path) {
-                Ok(bytes) => out.push(SnapshotSummary {
-                    rank: rank_of(&name),
-                    kind: kind_of(folder, &name).to_string(),
-                    name: format!("{folder}/{name}"),
-                    size: bytes.len() as u64,
-                    sha256: hex::encode(Sha256::digest(&bytes)),
-                    highlights: Vec::new(),
-                }),
+                Ok(bytes) => {
+                    let (rank, kind) = (rank_of(&name), kind_of(folder, &name));
+                    let (highlights, fr_progress) = read_snapshot(kind, &name, rank, &bytes);
+                    out.push(Scanned {
+                        summary: SnapshotSummary {
+                            rank,
+                            kind: kind.to_string(),
+                            name: format!("{folder}/{name}"),
+                            size: bytes.len() as u64,
+                            sha256: hex::encode(Sha256::digest(&bytes)),
+                            highlights,
+                        },
+                        fr_progress,
+                    });
+                }
                 Err(e) => warnings.push(format!("skipped snapshot {}: {e}", path.display())),
             }
         }
@@ -75,5 +84,21 @@ mod tests {
         assert_eq!(kind_of("host", "nvidia-smi-q.xml"), "nvidia_smi");
         assert_eq!(kind_of("host", "dmesg-tail.txt"), "kernel_log");
         assert_eq!(rank_of("topo.txt"), None);
+    }
+
+    #[test]
+    fn unreadable_files_get_a_highlight_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("flight_recorder")).unwrap();
+        std::fs::create_dir_all(dir.path().join("snapshots")).unwrap();
+        std::fs::write(dir.path().join("flight_recorder/nccl_trace_rank_0"), b"\x80\x02}q\x00(X").unwrap();
+        std::fs::write(dir.path().join("snapshots/rank0.stack.txt"), b"Fatal Python error: Aborted\n").unwrap();
+        let mut warnings = Vec::new();
+        let s = scan_snapshots(dir.path(), &mut warnings);
+        assert!(warnings.is_empty());
+        assert_eq!(s.len(), 2);
+        assert!(s[0].summary.highlights[0].starts_with("reason: Fatal Python error: Aborted"), "{:?}", s[0].summary.highlights);
+        assert!(s[1].summary.highlights[0].starts_with("unreadable: pickle: truncated"), "{:?}", s[1].summary.highlights);
+        assert!(s[1].fr_progress.is_none());
     }
 }

@@ -8,7 +8,8 @@ mod demux;
 
 use coroner_analysis::{JobEvidence, RuleSet};
 use coroner_model::{
-    ClockSample, Event, EventKind, LogLine, ProcessEnd, Rank, Report, SnapshotSummary, Stream,
+    ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary,
+    Stream,
 };
 use coroner_parse::RankParser;
 use std::collections::BTreeMap;
@@ -84,6 +85,12 @@ impl JobPipeline {
         self.evidence.snapshots.push(s);
     }
 
+    /// Collective progress one rank's flight recorder dump shows: per process group, the last
+    /// enqueued, started and completed collective. A later dump of the same rank adds to it.
+    pub fn add_fr_progress(&mut self, rank: Rank, rows: impl IntoIterator<Item = (PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>)>) {
+        self.evidence.fr_progress.extend(rows.into_iter().map(|(pg, en, st, co)| (rank, pg, en, st, co)));
+    }
+
     pub fn add_note(&mut self, note: impl Into<String>) {
         self.evidence.notes.push(note.into());
     }
@@ -107,6 +114,9 @@ impl JobPipeline {
         }
         evidence.ends = self.ends(&evidence);
         evidence.snapshots.sort_by(|a, b| (a.rank, &a.kind, &a.name).cmp(&(b.rank, &b.kind, &b.name)));
+        if let Some(note) = missing_dumps(&evidence) {
+            evidence.notes.push(note);
+        }
         evidence
     }
 
@@ -150,9 +160,66 @@ impl JobPipeline {
     }
 }
 
+/// When some ranks left a flight recorder dump and others did not, the silent ones are evidence:
+/// a rank that died before its watchdog could dump, or one that never reached a collective.
+fn missing_dumps(evidence: &JobEvidence) -> Option<String> {
+    let dumped: std::collections::BTreeSet<Rank> = evidence
+        .snapshots
+        .iter()
+        .filter(|s| s.kind == "flight_recorder")
+        .filter_map(|s| s.rank)
+        .chain(evidence.fr_progress.iter().map(|r| r.0))
+        .collect();
+    if dumped.is_empty() {
+        return None;
+    }
+    let missing: Vec<String> = evidence.all_ranks().into_iter().filter(|r| !dumped.contains(r)).map(|r| r.to_string()).collect();
+    match missing.len() {
+        0 => None,
+        1 => Some(format!("flight recorder: rank {} left no dump (it died before its watchdog could dump, or never got that far)", missing[0])),
+        _ => Some(format!("flight recorder: ranks {} left no dump (they died before their watchdogs could dump, or never got that far)", missing.join(", "))),
+    }
+}
+
 fn file_into(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) {
     match rank {
         Some(r) => evidence.rank_mut(r).events.extend(events),
         None => evidence.unowned.extend(events),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fr_snapshot(rank: u32) -> SnapshotSummary {
+        SnapshotSummary {
+            rank: Some(Rank(rank)),
+            kind: "flight_recorder".into(),
+            name: format!("flight_recorder/nccl_trace_rank_{rank}"),
+            size: 1,
+            sha256: "0".repeat(64),
+            highlights: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn flight_recorder_progress_reaches_the_collective_table_and_a_missing_dump_is_a_note() {
+        let mut p = JobPipeline::new("j");
+        p.set_world_size(2);
+        p.add_snapshot(fr_snapshot(0));
+        p.add_fr_progress(Rank(0), [(PgId("0".into()), Some(SeqNo(11)), Some(SeqNo(10)), Some(SeqNo(10)))]);
+        p.set_finished(true);
+        let report = p.report(&RuleSet::builtin());
+        let row = report.collectives.iter().find(|c| c.rank == Rank(0)).expect("a row for rank 0");
+        assert_eq!((row.last_enqueued, row.last_started, row.last_completed), (Some(11), Some(10), Some(10)));
+        assert!(report.notes.iter().any(|n| n.starts_with("flight recorder: rank 1 left no dump")), "{:?}", report.notes);
+    }
+
+    #[test]
+    fn no_dumps_at_all_is_no_note() {
+        let mut p = JobPipeline::new("j");
+        p.set_world_size(2);
+        assert!(!p.evidence().notes.iter().any(|n| n.contains("flight recorder")));
     }
 }

@@ -80,6 +80,34 @@ pub fn highlights(kind: &str, name: &str, bytes: &[u8]) -> Result<Vec<String>, S
     })
 }
 
+/// What the readers make of one snapshot, for a report: never an error.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// The reader's highlights, or one `unreadable: <why>` line.
+    pub highlights: Vec<String>,
+    /// For a readable flight recorder dump: its progress per process group.
+    pub fr_progress: Vec<FrProgress>,
+}
+
+/// Reads a snapshot for the report. `kept` of `size` bytes are at hand (a size cap may have cut
+/// the rest): a cut file says so in its highlights.
+pub fn facts(kind: &str, name: &str, bytes: &[u8], size: u64) -> Facts {
+    let mut f = Facts::default();
+    match highlights(kind, name, bytes) {
+        Ok(h) => f.highlights = h,
+        Err(e) => f.highlights.push(format!("unreadable: {e}")),
+    }
+    if kind == "flight_recorder" {
+        if let Ok(fr) = flight_recorder::parse(bytes) {
+            f.fr_progress = fr.progress();
+        }
+    }
+    if (bytes.len() as u64) < size {
+        f.highlights.push(format!("only the first {} of {} bytes were kept (size cap)", bytes.len(), size));
+    }
+    f
+}
+
 /// The kind of an unnamed file from its content.
 fn sniff(name: &str, b: &[u8]) -> &'static str {
     let head = &b[..b.len().min(512)];
@@ -124,5 +152,20 @@ mod tests {
         assert_eq!(highlights("core", "core", b""), Err(SnapshotError::Empty));
         assert!(highlights("state_dict", "x.pt", b"not a zip").is_err());
         assert_eq!(highlights("other", "topo.txt", b"GPU0 X NV18").unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn facts_never_fail() {
+        let fr = include_bytes!("../../../tests/data/snapshots/hang_nccl_trace_rank_0");
+        let f = facts("flight_recorder", "nccl_trace_rank_0", fr, fr.len() as u64);
+        assert_eq!(f.fr_progress.len(), 1);
+        let f = facts("flight_recorder", "nccl_trace_rank_0", &fr[..100], fr.len() as u64);
+        assert!(f.fr_progress.is_empty());
+        assert!(f.highlights[0].starts_with("unreadable: pickle: truncated"), "{:?}", f.highlights);
+        assert_eq!(f.highlights[1], format!("only the first 100 of {} bytes were kept (size cap)", fr.len()));
+        let core = include_bytes!("../../../tests/data/snapshots/core.sleep.head");
+        // A core cut after its notes still reads.
+        let f = facts("core", "core.1", core, 1 << 30);
+        assert!(f.highlights[0].starts_with("core: SIGSEGV"), "{:?}", f.highlights);
     }
 }
