@@ -75,8 +75,13 @@ fn ring_job() -> PathBuf {
 
 /// Runs `world` agents, one per rank, around the ring job; returns each agent's exit code.
 fn run_job(server: &Server, job: &str, world: u32, fault: &str, fault_rank: u32, spool: &Path) -> Vec<Option<i32>> {
+    start_job(server, job, world, fault, fault_rank, spool).into_iter().map(|mut c| c.wait().expect("agent exit").code()).collect()
+}
+
+/// Starts `world` agents, one per rank, around the ring job.
+fn start_job(server: &Server, job: &str, world: u32, fault: &str, fault_rank: u32, spool: &Path) -> Vec<Child> {
     let port = free_port() as u32 + 100;
-    let children: Vec<Child> = (0..world)
+    let children = (0..world)
         .map(|rank| {
             Command::new(binary("coroner-agent"))
                 .args(["run", "--job", job, "--server", &server.url, "--flush-timeout", "10"])
@@ -99,7 +104,7 @@ fn run_job(server: &Server, job: &str, world: u32, fault: &str, fault_rank: u32,
                 .expect("start coroner-agent")
         })
         .collect();
-    children.into_iter().map(|mut c| c.wait().expect("agent exit").code()).collect()
+    children
 }
 
 #[test]
@@ -123,7 +128,15 @@ fn agents_around_a_failing_cpu_job_name_the_rank_that_died() {
 fn agents_around_a_hung_rank_name_the_silent_one() {
     let server = Server::start();
     let spool = tempfile::tempdir().expect("tempdir");
-    let _ = run_job(&server, "e2e-hang", 3, "hang", 2, spool.path());
+    let mut agents = start_job(&server, "e2e-hang", 3, "hang", 2, spool.path());
+    let mut hung = agents.remove(2);
+    for mut a in agents {
+        a.wait().expect("agent exit");
+    }
+    // The healthy ranks timed out and exited; the scheduler now cancels the job: SIGTERM to the
+    // hung rank's agent, which forwards it to the child.
+    let _ = Command::new("kill").args(["-TERM", &hung.id().to_string()]).status();
+    assert_eq!(hung.wait().expect("agent exit").code(), Some(128 + 15));
     let report = server.settled_report("e2e-hang");
     assert_eq!(report["first_failure"]["rank"], 2, "{report:#}");
     assert_eq!(report["first_failure"]["class"], "hang", "{report:#}");
