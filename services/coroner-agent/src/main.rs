@@ -7,11 +7,13 @@
 
 mod capture;
 mod clock;
+mod collect;
 mod identity;
 mod launcher;
 mod queue;
 mod replay;
 mod shipper;
+mod snapshots;
 mod spool;
 
 use anyhow::{Context, Result};
@@ -78,6 +80,16 @@ struct RunArgs {
     /// Seconds to wait after the child exits for every line to be acknowledged.
     #[arg(long, env = "CORONER_FLUSH_TIMEOUT", default_value = "10", value_parser = parse_seconds)]
     flush_timeout: Duration,
+    /// Folder the crash hook writes into (passed to the child as CORONER_SNAPSHOT_DIR) and the
+    /// agent watches for snapshots [default: <spool>/<job>/<rank>/snapshots].
+    #[arg(long)]
+    snapshot_dir: Option<PathBuf>,
+    /// Ship at most this many bytes of one snapshot (a core can be gigabytes); its metadata is always sent.
+    #[arg(long, env = "CORONER_SNAPSHOT_CAP_BYTES", default_value = "536870912")]
+    snapshot_cap_bytes: u64,
+    /// Do not switch on the flight recorder, watch for snapshots or collect GPU and kernel state on failure.
+    #[arg(long, env = "CORONER_NO_SNAPSHOTS", value_parser = clap::builder::FalseyValueParser::new(), num_args = 0, default_missing_value = "true")]
+    no_snapshots: bool,
     /// Print errors only.
     #[arg(long, env = "CORONER_QUIET", value_parser = clap::builder::FalseyValueParser::new(), num_args = 0, default_missing_value = "true")]
     quiet: bool,
@@ -184,15 +196,35 @@ fn run(args: RunArgs) -> Result<i32> {
         None => format!("node-{}", host.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '.', "_")),
     };
     let key_dir = spool_root.join(id.job.as_str()).join(key);
-    let snapshot_dir = key_dir.join("snapshots");
+    let snapshot_dir = args.snapshot_dir.clone().unwrap_or_else(|| key_dir.join("snapshots"));
     let (spool, orphans) = open_spool(&key_dir, &snapshot_dir, &instance, &session);
+    let fr_dir = key_dir.join("fr");
+    if !args.no_snapshots {
+        if let Err(e) = std::fs::create_dir_all(&fr_dir) {
+            tracing::warn!("create {}: {e}; flight recorder dumps go to PyTorch's default place", fr_dir.display());
+        }
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("start the runtime")?;
     let code = rt.block_on(async {
         let queue = Arc::new(queue::LineQueue::new(64 * 1024, 64 << 20));
         let (finish_tx, finish_rx) = tokio::sync::mpsc::channel(1);
-        let shipper = shipper::Shipper::new(shipper::Config::new(args.server.clone()), session, queue.clone(), spool, orphans);
+        let mut shipper = shipper::Shipper::new(shipper::Config::new(args.server.clone()), session, queue.clone(), spool, orphans);
+        let connections = shipper.watch_connections();
         let shipper = tokio::spawn(shipper.run(finish_rx));
+        let (snap_tx, snap_rx) = tokio::sync::mpsc::channel(16);
+        let watcher = (!args.no_snapshots).then(|| {
+            let settings = snapshots::Settings {
+                watched: vec![
+                    snapshots::Watched { dir: snapshot_dir.clone(), folder: "snapshots".into() },
+                    snapshots::Watched { dir: fr_dir.clone(), folder: "flight_recorder".into() },
+                ],
+                cap: args.snapshot_cap_bytes,
+                rank: session_rank,
+            };
+            tokio::spawn(snapshots::run(settings, connections, snap_rx))
+        });
+        let started = std::time::SystemTime::now();
 
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).context("handle SIGINT")?;
         let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("handle SIGTERM")?;
@@ -207,6 +239,9 @@ fn run(args: RunArgs) -> Result<i32> {
             if std::env::var_os(var).is_none() {
                 cmd.env(var, "1");
             }
+        }
+        if !args.no_snapshots {
+            cmd.envs(collect::child_env(&fr_dir, |k| std::env::var(k).ok()));
         }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -239,6 +274,21 @@ fn run(args: RunArgs) -> Result<i32> {
         let at_ns = now_ns();
         let code = exit_code_of(status);
         let deadline = tokio::time::Instant::now() + args.flush_timeout;
+        // On failure: GPU and kernel state, and core files, gathered while the pipes drain.
+        let gather = (watcher.is_some() && code != 0).then(|| {
+            let (dir, tx) = (snapshot_dir.clone(), snap_tx.clone());
+            let prefix = session_rank.map(|r| format!("rank{r}.")).unwrap_or_default();
+            tokio::spawn(async move {
+                collect::on_failure(&dir, &prefix, COLLECT_LIMIT).await;
+                let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+                let cwd = std::env::current_dir().unwrap_or_default();
+                if let Some((dir, prefix)) = collect::core_location(&pattern, &cwd) {
+                    for path in collect::cores_since(&dir, &prefix, started) {
+                        let _ = tx.send(snapshots::Msg::File { path, folder: "core".into() }).await;
+                    }
+                }
+            })
+        });
 
         // Drain the pipes (a grandchild may still hold them open: not past the deadline).
         while !pumps.iter().all(|p| p.is_finished()) && tokio::time::Instant::now() < deadline {
@@ -253,9 +303,24 @@ fn run(args: RunArgs) -> Result<i32> {
             dropped_lines: 0,
         };
         let _ = finish_tx.send(shipper::Finish { exit, deadline }).await;
+        if let Some(g) = gather {
+            let _ = tokio::time::timeout(COLLECT_LIMIT + Duration::from_millis(500), g).await;
+        }
+        let snap_deadline = deadline.max(tokio::time::Instant::now() + Duration::from_secs(1));
+        let _ = snap_tx.send(snapshots::Msg::Finish { deadline: snap_deadline }).await;
         match tokio::time::timeout_at(deadline + Duration::from_secs(1), shipper).await {
             Ok(Ok(summary)) => report(&summary),
             _ => tracing::warn!("gave up flushing after {:?}", args.flush_timeout),
+        }
+        if let Some(w) = watcher {
+            match tokio::time::timeout_at(snap_deadline + Duration::from_secs(1), w).await {
+                Ok(Ok(s)) => {
+                    for f in &s.failed {
+                        tracing::warn!("snapshot {f}");
+                    }
+                }
+                _ => tracing::warn!("gave up shipping snapshots"),
+            }
         }
         Ok::<i32, anyhow::Error>(code)
     })?;
@@ -263,6 +328,9 @@ fn run(args: RunArgs) -> Result<i32> {
     rt.shutdown_timeout(Duration::from_millis(50));
     Ok(code)
 }
+
+/// How long each failure-time collector (nvidia-smi, dmesg) may take.
+const COLLECT_LIMIT: Duration = Duration::from_secs(5);
 
 fn forward(pid: libc::pid_t, sig: libc::c_int) {
     // SAFETY: kill(2) with our child's pid; a failure (already gone) is harmless.
@@ -277,7 +345,7 @@ fn open_spool(
     instance: &str,
     session: &v1::OpenSessionRequest,
 ) -> (Option<spool::SpoolWriter>, Vec<(PathBuf, std::fs::File)>) {
-    if let Err(e) = std::fs::create_dir_all(snapshot_dir) {
+    if let Err(e) = std::fs::create_dir_all(key_dir).and_then(|_| std::fs::create_dir_all(snapshot_dir)) {
         tracing::warn!("create the spool folder {}: {e}; lines will be held in memory only", key_dir.display());
         return (None, Vec::new());
     }

@@ -183,7 +183,12 @@ pub struct Shipper {
     base: Option<HashMap<String, u64>>,
     clock: Vec<v1::ClockProbe>,
     events_tx: mpsc::UnboundedSender<Event>,
+    /// Where each new connection's client and session are published (for snapshot uploads).
+    conn_watch: Option<tokio::sync::watch::Sender<Option<(IngestClient<Channel>, String)>>>,
 }
+
+/// A connection's client and session id, as the shipper publishes them.
+pub type ConnWatch = tokio::sync::watch::Receiver<Option<(IngestClient<Channel>, String)>>;
 
 impl Shipper {
     pub fn new(
@@ -206,7 +211,15 @@ impl Shipper {
             base: None,
             clock: Vec::new(),
             events_tx,
+            conn_watch: None,
         }
+    }
+
+    /// Publishes every connection this shipper opens; the receiver sees the latest.
+    pub fn watch_connections(&mut self) -> ConnWatch {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        self.conn_watch = Some(tx);
+        rx
     }
 
     /// Runs until `finish` says the child is done and everything is acknowledged, or its deadline.
@@ -243,6 +256,9 @@ impl Shipper {
                                 warned = false;
                                 backoff = Duration::from_millis(200);
                                 self.on_connected(&c);
+                                if let Some(w) = &self.conn_watch {
+                                    let _ = w.send(Some((c.client.clone(), c.session_id.clone())));
+                                }
                                 conn = Some(c);
                                 acks = Some(rx);
                                 next_probe = Instant::now();

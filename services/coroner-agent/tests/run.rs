@@ -23,7 +23,8 @@ fn passes_output_through_and_returns_the_exit_code_despite_a_dead_server() {
     let (out, took) = agent(dir.path(), "echo out; printf 'no newline \\377'; echo err >&2; exit 3");
     assert_eq!(out.status.code(), Some(3), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.stdout, b"out\nno newline \xff");
-    assert!(out.stderr.starts_with(b"err\n"), "{}", String::from_utf8_lossy(&out.stderr));
+    // The agent's own warnings may come before or after the child's line (they race).
+    assert!(String::from_utf8_lossy(&out.stderr).lines().any(|l| l == "err"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(took < Duration::from_secs(5), "took {took:?}");
     // The undelivered lines stay in the spool for a later agent.
     let rank_dir = dir.path().join("itest").join("rank-0");

@@ -150,6 +150,7 @@ async fn upload(client: &mut IngestClient<Channel>, session: &str, s: &SnapshotS
         size: bytes.len() as u64,
         sha256: sha,
         captured_ns: 0,
+        original_size: None,
     };
     let n = bytes.len().div_ceil(CHUNK_BYTES).max(1);
     let chunks: Vec<v1::SnapshotChunk> = (0..n)
