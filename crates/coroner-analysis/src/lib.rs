@@ -5,6 +5,7 @@
 //! read collective progress ([`progress`]), find each rank's first-hand failure, decide the first
 //! failing rank (or the stuck one, or the deviating one), and write the [`Report`].
 
+pub mod causality;
 mod classified;
 pub mod clock;
 mod diagnose;
@@ -24,6 +25,11 @@ use coroner_model::Report;
 
 /// Analyses a job. The same evidence and rules always give the same report.
 pub fn analyze(evidence: &JobEvidence, rules: &RuleSet) -> Report {
+    if !evidence.ends.is_sorted_by_key(|e| e.rank) {
+        let mut sorted = evidence.clone();
+        sorted.sort_ends();
+        return analyze(&sorted, rules);
+    }
     let clock = clock::align(evidence);
     let job = classified::classify(evidence, rules, &clock);
     let progress = progress::collect(evidence);
