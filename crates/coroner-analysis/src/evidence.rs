@@ -13,6 +13,7 @@ pub struct JobEvidence {
     pub ranks: BTreeMap<Rank, RankEvidence>,
     /// Events from lines no rank owns (a launcher's own output, a kernel log).
     pub unowned: Vec<Event>,
+    /// Sorted by rank, one per rank.
     pub ends: Vec<ProcessEnd>,
     pub clock_samples: Vec<ClockSample>,
     pub snapshots: Vec<SnapshotSummary>,
@@ -51,7 +52,18 @@ impl JobEvidence {
         set.into_iter().collect()
     }
 
+    /// How `rank` ended. `ends` is kept sorted by rank (the pipeline builds it from a map), so
+    /// this is a binary search: the analysis asks for every rank of 16,384-rank jobs.
     pub fn end_of(&self, rank: Rank) -> Option<&ProcessEnd> {
-        self.ends.iter().find(|e| e.rank == rank)
+        match self.ends.binary_search_by_key(&rank, |e| e.rank) {
+            Ok(i) => self.ends.get(i),
+            Err(_) => None,
+        }
+    }
+
+    /// Restores the order [`JobEvidence::end_of`] relies on, for evidence built by hand.
+    pub fn sort_ends(&mut self) {
+        self.ends.sort_by_key(|e| e.rank);
+        self.ends.dedup_by_key(|e| e.rank);
     }
 }
