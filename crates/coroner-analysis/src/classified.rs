@@ -2,9 +2,9 @@
 
 use crate::clock::ClockModel;
 use crate::evidence::JobEvidence;
-use crate::rules::{Rule, RuleSet};
+use crate::rules::{Rule, RuleSet, Verdict};
 use coroner_model::{Event, EventKind, FaultClass, Nanos, Rank, Role};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// One event, classified and placed on the aligned clock.
 #[derive(Debug, Clone, Copy)]
@@ -48,18 +48,24 @@ pub struct ClassifiedJob<'a> {
 }
 
 pub fn classify<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &ClockModel) -> ClassifiedJob<'a> {
-    let one = |rank: Option<Rank>, e: &'a Event| {
-        let v = rules.classify(e);
+    // An event without a message (a step, an NCCL init, ...) is classified by its kind alone, so
+    // the rules run once per such kind rather than once per event (most events are steps).
+    let mut by_kind: HashMap<&'static str, Verdict<'a>> = HashMap::new();
+    let mut one = |rank: Option<Rank>, e: &'a Event| {
+        let v = if e.kind.message().is_empty() {
+            *by_kind.entry(e.kind.name()).or_insert_with(|| rules.classify(e))
+        } else {
+            rules.classify(e)
+        };
         Classified { event: e, rule: v.rule, role: v.role, aligned_ns: clock.aligned(rank, e.capture_ns) }
     };
-    ClassifiedJob {
-        ranks: evidence
-            .ranks
-            .iter()
-            .map(|(r, ev)| (*r, ev.events.iter().map(|e| one(Some(*r), e)).collect()))
-            .collect(),
-        unowned: evidence.unowned.iter().map(|e| one(None, e)).collect(),
-    }
+    let ranks = evidence
+        .ranks
+        .iter()
+        .map(|(r, ev)| (*r, ev.events.iter().map(|e| one(Some(*r), e)).collect()))
+        .collect();
+    let unowned = evidence.unowned.iter().map(|e| one(None, e)).collect();
+    ClassifiedJob { ranks, unowned }
 }
 
 impl<'a> ClassifiedJob<'a> {

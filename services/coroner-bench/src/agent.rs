@@ -31,14 +31,26 @@ pub fn agent_binary() -> Option<PathBuf> {
     }
     let exe = std::env::current_exe().ok()?;
     // target/<profile>/coroner-bench, or target/<profile>/deps/<test> under `cargo test`.
-    exe.ancestors().skip(1).take(2).map(|d| d.join("coroner-agent")).find(|p| p.is_file())
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|d| d.join("coroner-agent"))
+        .find(|p| p.is_file())
 }
 
 /// Writes `lines` corpus lines to a file; returns its path and size.
-pub fn write_lines(files: &[crate::parse::CorpusFile], lines: usize, dir: &Path) -> Result<(PathBuf, u64)> {
+pub fn write_lines(
+    files: &[crate::parse::CorpusFile],
+    lines: usize,
+    dir: &Path,
+) -> Result<(PathBuf, u64)> {
     let path = dir.join("agent-input.log");
-    let mut w = std::io::BufWriter::new(std::fs::File::create(&path).context("create the agent's input")?);
-    let source: Vec<&[u8]> = files.iter().flat_map(|f| f.lines.iter().map(|l| l.bytes.as_slice())).collect();
+    let mut w =
+        std::io::BufWriter::new(std::fs::File::create(&path).context("create the agent's input")?);
+    let source: Vec<&[u8]> = files
+        .iter()
+        .flat_map(|f| f.lines.iter().map(|l| l.bytes.as_slice()))
+        .collect();
     let mut bytes = 0u64;
     for i in 0..lines {
         let l = source[i % source.len()];
@@ -58,7 +70,9 @@ struct Usage {
 
 /// Runs `cmd` with stdout into a drained pipe; measures the process itself, not its children.
 fn measure(mut cmd: Command) -> Result<Usage> {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
     let started = Instant::now();
     let mut child = cmd.spawn().context("spawn")?;
     let pid = child.id() as libc::pid_t;
@@ -86,7 +100,13 @@ fn measure(mut cmd: Command) -> Result<Usage> {
     // SAFETY: plain syscalls on our own child's pid with zeroed out-structs.
     let (cpu_s, status) = unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
-        if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) != 0 {
+        if libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        ) != 0
+        {
             bail!("waitid: {}", std::io::Error::last_os_error());
         }
         let cpu_s = self_cpu_s(pid).unwrap_or(f64::NAN);
@@ -104,7 +124,11 @@ fn measure(mut cmd: Command) -> Result<Usage> {
         bail!("the command failed (wait status {status})");
     }
     drop(child);
-    Ok(Usage { cpu_s, hwm_kb: hwm, wall_s })
+    Ok(Usage {
+        cpu_s,
+        hwm_kb: hwm,
+        wall_s,
+    })
 }
 
 fn vm_hwm_kb(pid: libc::pid_t) -> Option<u64> {
@@ -127,17 +151,37 @@ fn self_cpu_s(pid: libc::pid_t) -> Option<f64> {
 }
 
 pub async fn run(server: &Server, agent: &Path, input: &Path, lines: u64) -> Result<AgentFigures> {
-    let spool = tempfile::Builder::new().prefix("coroner-bench-spool").tempdir()?;
+    let spool = tempfile::Builder::new()
+        .prefix("coroner-bench-spool")
+        .tempdir()?;
     let job = "bench-agent";
     let mut cmd = Command::new(agent);
-    cmd.args(["run", "--job", job, "--rank", "0", "--world-size", "1", "--launcher", "none", "--quiet"])
-        .arg("--server")
-        .arg(server.url())
-        .arg("--spool-dir")
-        .arg(spool.path())
-        .args(["--flush-timeout", "120", "--", "cat"])
-        .arg(input);
-    for var in ["RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"] {
+    cmd.args([
+        "run",
+        "--job",
+        job,
+        "--rank",
+        "0",
+        "--world-size",
+        "1",
+        "--launcher",
+        "none",
+        "--quiet",
+    ])
+    .arg("--server")
+    .arg(server.url())
+    .arg("--spool-dir")
+    .arg(spool.path())
+    .args(["--flush-timeout", "120", "--", "cat"])
+    .arg(input);
+    for var in [
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "SLURM_PROCID",
+        "SLURM_JOB_ID",
+        "TORCHELASTIC_RUN_ID",
+    ] {
         cmd.env_remove(var);
     }
     let agent_usage = tokio::task::spawn_blocking(move || measure(cmd)).await??;

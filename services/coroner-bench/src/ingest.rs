@@ -33,12 +33,22 @@ pub struct Server {
 
 impl Server {
     pub async fn start() -> Result<Server> {
-        let data_dir = tempfile::Builder::new().prefix("coroner-bench-server").tempdir().context("create the server's data dir")?;
+        let data_dir = tempfile::Builder::new()
+            .prefix("coroner-bench-server")
+            .tempdir()
+            .context("create the server's data dir")?;
         let shutdown = CancellationToken::new();
         let config = coronerd::Config::for_tests(data_dir.path().to_path_buf());
-        let (server, bound) = coronerd::start(config, shutdown.clone()).await.context("start coronerd")?;
+        let (server, bound) = coronerd::start(config, shutdown.clone())
+            .await
+            .context("start coronerd")?;
         let task = tokio::spawn(server);
-        Ok(Server { grpc: bound.grpc, shutdown, task, _data_dir: data_dir })
+        Ok(Server {
+            grpc: bound.grpc,
+            shutdown,
+            task,
+            _data_dir: data_dir,
+        })
     }
 
     pub fn url(&self) -> String {
@@ -52,9 +62,16 @@ impl Server {
 
     /// How many committed lines of `job` match `query` (empty: all).
     pub async fn count(&self, job: &str, query: &str) -> Result<u64> {
-        let mut q = QueryClient::connect(self.url()).await.context("connect the query client")?;
+        let mut q = QueryClient::connect(self.url())
+            .await
+            .context("connect the query client")?;
         let r = q
-            .search(v1::SearchRequest { job_id: job.into(), query: query.into(), limit: 1, ..Default::default() })
+            .search(v1::SearchRequest {
+                job_id: job.into(),
+                query: query.into(),
+                limit: 1,
+                ..Default::default()
+            })
             .await
             .context("search")?;
         Ok(r.into_inner().total)
@@ -80,8 +97,19 @@ fn agent_batches(files: &[CorpusFile], rank: u32, lines: usize) -> Vec<Vec<v1::L
         let l = source[(offset + i) % source.len()];
         let stream = coroner_proto::convert::stream_to_wire(l.stream) as i32;
         let seq = &mut seqs[stream as usize & 3];
-        let raw = if i + 1 == lines { format!("rank {rank} done {END_MARK}").into_bytes() } else { l.bytes.clone() };
-        out.push(v1::LogLine { seq: *seq, capture_ns: t0 + i as i64 * 1000, stream, raw, rank: None, file: String::new() });
+        let raw = if i + 1 == lines {
+            format!("rank {rank} done {END_MARK}").into_bytes()
+        } else {
+            l.bytes.clone()
+        };
+        out.push(v1::LogLine {
+            seq: *seq,
+            capture_ns: t0 + i as i64 * 1000,
+            stream,
+            raw,
+            rank: None,
+            file: String::new(),
+        });
         *seq += 1;
     }
     let mut batches = Vec::new();
@@ -93,7 +121,13 @@ fn agent_batches(files: &[CorpusFile], rank: u32, lines: usize) -> Vec<Vec<v1::L
 }
 
 /// Ships `batches` as one agent would: a session, a ShipLogs stream, a window of unacked batches.
-async fn agent(url: String, job: String, rank: u32, world: u32, batches: Vec<Vec<v1::LogLine>>) -> Result<()> {
+async fn agent(
+    url: String,
+    job: String,
+    rank: u32,
+    world: u32,
+    batches: Vec<Vec<v1::LogLine>>,
+) -> Result<()> {
     let mut client = IngestClient::connect(url).await.context("connect")?;
     let open = client
         .open_session(v1::OpenSessionRequest {
@@ -121,11 +155,19 @@ async fn agent(url: String, job: String, rank: u32, world: u32, batches: Vec<Vec
         let p2 = permits.clone();
         let task = tokio::spawn(async move {
             for (i, lines) in batches.into_iter().enumerate() {
-                let permit = p2.acquire().await.map_err(|_| anyhow::anyhow!("window closed"))?;
-                permit.forget();
-                tx.send(v1::LogBatch { session_id: session_id.clone(), batch_id: i as u64, lines, clock: Vec::new() })
+                let permit = p2
+                    .acquire()
                     .await
-                    .map_err(|_| anyhow::anyhow!("the stream closed"))?;
+                    .map_err(|_| anyhow::anyhow!("window closed"))?;
+                permit.forget();
+                tx.send(v1::LogBatch {
+                    session_id: session_id.clone(),
+                    batch_id: i as u64,
+                    lines,
+                    clock: Vec::new(),
+                })
+                .await
+                .map_err(|_| anyhow::anyhow!("the stream closed"))?;
             }
             Ok::<_, anyhow::Error>(tx)
         });
@@ -133,8 +175,17 @@ async fn agent(url: String, job: String, rank: u32, world: u32, batches: Vec<Vec
     };
     let mut acked = 0;
     while acked < total {
-        let ack = acks.message().await.context("receive an ack")?.context("the server closed the ack stream early")?;
-        ensure!(ack.duplicates == 0, "batch {} had {} duplicates", ack.batch_id, ack.duplicates);
+        let ack = acks
+            .message()
+            .await
+            .context("receive an ack")?
+            .context("the server closed the ack stream early")?;
+        ensure!(
+            ack.duplicates == 0,
+            "batch {} had {} duplicates",
+            ack.batch_id,
+            ack.duplicates
+        );
         acked += 1;
         sender.1.add_permits(1);
     }
@@ -143,10 +194,17 @@ async fn agent(url: String, job: String, rank: u32, world: u32, batches: Vec<Vec
 }
 
 /// Runs the end-to-end figure against `server`, then the raw reference on the same documents.
-pub async fn run(server: &Server, files: &[CorpusFile], agents: u32, total_lines: usize) -> Result<IngestFigures> {
+pub async fn run(
+    server: &Server,
+    files: &[CorpusFile],
+    agents: u32,
+    total_lines: usize,
+) -> Result<IngestFigures> {
     let per_agent = total_lines / agents as usize;
     let job = "bench-ingest".to_string();
-    let all: Vec<Vec<Vec<v1::LogLine>>> = (0..agents).map(|r| agent_batches(files, r, per_agent)).collect();
+    let all: Vec<Vec<Vec<v1::LogLine>>> = (0..agents)
+        .map(|r| agent_batches(files, r, per_agent))
+        .collect();
     let lines = u64::from(agents) * per_agent as u64;
     // The documents of the reference, exactly as the committer builds them.
     let docs: Vec<IndexedLine> = all
@@ -158,21 +216,36 @@ pub async fn run(server: &Server, files: &[CorpusFile], agents: u32, total_lines
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (rank, batches) in all.into_iter().enumerate() {
-        tasks.push(tokio::spawn(agent(server.url(), job.clone(), rank as u32, agents, batches)));
+        tasks.push(tokio::spawn(agent(
+            server.url(),
+            job.clone(),
+            rank as u32,
+            agents,
+            batches,
+        )));
     }
     for t in tasks {
         t.await.context("join an agent")??;
     }
     let secs = started.elapsed().as_secs_f64();
-    let searchable = server.count(&job, END_MARK).await? == u64::from(agents) && server.count(&job, "").await? == lines;
+    let searchable = server.count(&job, END_MARK).await? == u64::from(agents)
+        && server.count(&job, "").await? == lines;
 
     let raw = tokio::task::spawn_blocking(move || raw_index(&docs)).await??;
-    Ok(IngestFigures { ingest_lines_per_s: lines as f64 / secs, raw_index_docs_per_s: raw, lines, agents, searchable })
+    Ok(IngestFigures {
+        ingest_lines_per_s: lines as f64 / secs,
+        raw_index_docs_per_s: raw,
+        lines,
+        agents,
+        searchable,
+    })
 }
 
 /// Docs per second through `JobIndex::add` and one commit, in a fresh index.
 fn raw_index(docs: &[IndexedLine]) -> Result<f64> {
-    let dir = tempfile::Builder::new().prefix("coroner-bench-raw").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("coroner-bench-raw")
+        .tempdir()?;
     let index = JobIndex::open_or_create(&dir.path().join("index"))?;
     let started = Instant::now();
     for chunk in docs.chunks(BATCH_LINES) {
@@ -180,14 +253,18 @@ fn raw_index(docs: &[IndexedLine]) -> Result<f64> {
     }
     index.commit()?;
     let secs = started.elapsed().as_secs_f64();
-    ensure!(index.num_lines() == docs.len() as u64, "the raw index lost lines");
+    ensure!(
+        index.num_lines() == docs.len() as u64,
+        "the raw index lost lines"
+    );
     Ok(docs.len() as f64 / secs)
 }
 
 fn indexed(rank: u32, l: &v1::LogLine) -> IndexedLine {
     IndexedLine {
         rank: Some(rank),
-        stream: coroner_proto::convert::stream_from_wire(l.stream, l.seq).unwrap_or(coroner_model::Stream::File),
+        stream: coroner_proto::convert::stream_from_wire(l.stream, l.seq)
+            .unwrap_or(coroner_model::Stream::File),
         seq: l.seq,
         capture_ns: l.capture_ns,
         printed_ns: None,
@@ -202,7 +279,13 @@ fn indexed(rank: u32, l: &v1::LogLine) -> IndexedLine {
 fn severity(bytes: &[u8]) -> &'static str {
     let head = &bytes[..bytes.len().min(160)];
     let has = |n: &[u8]| memchr::memmem::find(head, n).is_some();
-    if has(b"Error") || has(b"ERROR") || has(b"[E") || has(b"[F") || has(b"Traceback") || has(b"Fatal") {
+    if has(b"Error")
+        || has(b"ERROR")
+        || has(b"[E")
+        || has(b"[F")
+        || has(b"Traceback")
+        || has(b"Fatal")
+    {
         "error"
     } else if has(b"WARN") || has(b"Warning") || has(b"[W") {
         "warning"
@@ -213,7 +296,9 @@ fn severity(bytes: &[u8]) -> &'static str {
 
 /// Size of a folder's files, recursively.
 pub fn dir_size(p: &Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(p) else { return 0 };
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return 0;
+    };
     rd.flatten()
         .map(|e| match e.metadata() {
             Ok(m) if m.is_dir() => dir_size(&e.path()),

@@ -27,15 +27,22 @@ pub fn corpus_dir() -> PathBuf {
 
 pub fn load_corpus(dir: &Path) -> Result<Vec<CorpusFile>> {
     let mut paths = Vec::new();
-    for bundle in std::fs::read_dir(dir).with_context(|| format!("read the corpus {}", dir.display()))? {
+    for bundle in
+        std::fs::read_dir(dir).with_context(|| format!("read the corpus {}", dir.display()))?
+    {
         let bundle = bundle?.path();
         if !bundle.is_dir() {
             continue;
         }
         for f in std::fs::read_dir(&bundle)? {
             let p = f?.path();
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if name.ends_with(".lines.jsonl") && (name.starts_with("rank") || name.starts_with("launcher")) {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.ends_with(".lines.jsonl")
+                && (name.starts_with("rank") || name.starts_with("launcher"))
+            {
                 paths.push(p);
             }
         }
@@ -51,9 +58,17 @@ pub fn load_corpus(dir: &Path) -> Result<Vec<CorpusFile>> {
             joined.extend_from_slice(&l.bytes);
             joined.push(b'\n');
         }
-        files.push(CorpusFile { rank, lines, joined });
+        files.push(CorpusFile {
+            rank,
+            lines,
+            joined,
+        });
     }
-    anyhow::ensure!(!files.is_empty(), "no *.lines.jsonl files under {}", dir.display());
+    anyhow::ensure!(
+        !files.is_empty(),
+        "no *.lines.jsonl files under {}",
+        dir.display()
+    );
     Ok(files)
 }
 
@@ -69,10 +84,18 @@ fn parse_jsonl(bytes: &[u8], rank: Option<Rank>) -> Vec<LogLine> {
     let mut seqs = [0u64; 3];
     let mut out = Vec::new();
     for raw in bytes.split(|b| *b == b'\n') {
-        let Ok(rec) = serde_json::from_slice::<Record>(raw) else { continue };
+        let Ok(rec) = serde_json::from_slice::<Record>(raw) else {
+            continue;
+        };
         let stream = Stream::parse(&rec.stream).unwrap_or(Stream::File);
         let slot = stream_slot(stream);
-        out.push(LogLine { rank, stream, seq: seqs[slot], capture_ns: rec.ts_ns, bytes: rec.line.into_bytes() });
+        out.push(LogLine {
+            rank,
+            stream,
+            seq: seqs[slot],
+            capture_ns: rec.ts_ns,
+            bytes: rec.line.into_bytes(),
+        });
         seqs[slot] += 1;
     }
     out
@@ -98,7 +121,8 @@ pub fn run(files: &[CorpusFile], target_bytes: u64) -> ParseFigures {
         for f in files {
             let mut parsers: [Option<RankParser>; 3] = [None, None, None];
             for l in &f.lines {
-                let p = parsers[stream_slot(l.stream)].get_or_insert_with(|| RankParser::new(f.rank));
+                let p =
+                    parsers[stream_slot(l.stream)].get_or_insert_with(|| RankParser::new(f.rank));
                 p.push(l, &mut out);
             }
             for p in parsers.iter_mut().flatten() {
