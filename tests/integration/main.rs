@@ -4,3 +4,4 @@ mod bad_input;
 mod end_to_end;
 mod golden;
 mod skewed_clocks;
+mod snapshots;

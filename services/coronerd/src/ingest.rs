@@ -207,7 +207,7 @@ impl Ingest for IngestService {
             rank: stored.header.rank.map(Rank).or(session.rank),
             kind: stored.header.kind.clone(),
             name: stored.header.name.clone(),
-            size: stored.header.size,
+            size: stored.header.original_size.unwrap_or(stored.header.size).max(stored.header.size),
             sha256: stored.header.sha256.clone(),
             captured_ns: stored.header.captured_ns,
             stored_bytes: stored.stored_bytes,
@@ -215,14 +215,29 @@ impl Ingest for IngestService {
         let fresh = self.jobs.store.add_snapshot(&record).await.map_err(ServiceError::from)?;
         if fresh {
             self.metrics.snapshots.fetch_add(1, Relaxed);
-            session.job.update(|p| p.add_snapshot(SnapshotSummary {
-                rank: record.rank,
-                kind: record.kind.clone(),
-                name: record.name.clone(),
-                size: record.size,
-                sha256: record.sha256.clone(),
-                highlights: Vec::new(),
-            }));
+            // Reading a snapshot (a pickle, a zip, XML) is parsing work: off the runtime.
+            let path = self.snapshots.path_of(&record.sha256);
+            let (kind, name, size) = (record.kind.clone(), record.name.clone(), record.size);
+            let facts = tokio::task::spawn_blocking(move || match path.map(std::fs::read) {
+                Some(Ok(bytes)) => coroner_snapshot::facts(&kind, &name, &bytes, size),
+                Some(Err(e)) => coroner_snapshot::Facts { highlights: vec![format!("unreadable: {e}")], ..Default::default() },
+                None => coroner_snapshot::Facts::default(),
+            })
+            .await
+            .unwrap_or_default();
+            session.job.update(|p| {
+                if let Some(rank) = record.rank {
+                    p.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
+                }
+                p.add_snapshot(SnapshotSummary {
+                    rank: record.rank,
+                    kind: record.kind.clone(),
+                    name: record.name.clone(),
+                    size: record.size,
+                    sha256: record.sha256.clone(),
+                    highlights: facts.highlights,
+                })
+            });
         }
         Ok(Response::new(v1::SnapshotAck { snapshot_id: record.sha256, deduplicated: !fresh || stored.deduplicated }))
     }

@@ -84,14 +84,34 @@ impl Jobs {
             pipeline.add_end(e);
         }
         pipeline.add_clock_samples(self.store.clock_samples(job).await?);
-        for s in self.store.snapshots(job).await? {
+        // Snapshot highlights and flight recorder progress are read again from the stored bytes.
+        let rows = self.store.snapshots(job).await?;
+        let root = self.data_dir.join("snapshots");
+        let read = tokio::task::spawn_blocking(move || {
+            rows.into_iter()
+                .map(|s| {
+                    let valid = s.sha256.len() == 64 && s.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+                    let facts = match valid.then(|| std::fs::read(root.join(&s.sha256[..2]).join(&s.sha256))) {
+                        Some(Ok(bytes)) => coroner_snapshot::facts(&s.kind, &s.name, &bytes, s.size),
+                        _ => coroner_snapshot::Facts::default(),
+                    };
+                    (s, facts)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (s, facts) in read {
+            if let Some(rank) = s.rank {
+                pipeline.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
+            }
             pipeline.add_snapshot(SnapshotSummary {
                 rank: s.rank,
                 kind: s.kind,
                 name: s.name,
                 size: s.size,
                 sha256: s.sha256,
-                highlights: Vec::new(),
+                highlights: facts.highlights,
             });
         }
         let (pipeline, positions) = tokio::task::spawn_blocking(move || {
