@@ -121,7 +121,7 @@ fn entry(v: &Value) -> Result<FrEntry, SnapshotError> {
 /// Reads a dump. A dict without `entries` is not a flight recorder dump.
 pub fn parse(bytes: &[u8]) -> Result<FlightRecord, SnapshotError> {
     let top = pickle::parse(bytes)?;
-    let Value::Dict(items) = &top else {
+    let Value::Dict(_) = &top else {
         return Err(SnapshotError::Format("flight recorder dump is not a dict".into()));
     };
     let entries = top.get("entries").and_then(Value::as_seq).ok_or_else(|| SnapshotError::Format("no `entries` list: not a flight recorder dump".into()))?;
@@ -130,7 +130,6 @@ pub fn parse(bytes: &[u8]) -> Result<FlightRecord, SnapshotError> {
         entries: entries.iter().map(entry).collect::<Result<_, _>>()?,
         ..Default::default()
     };
-    let _ = items;
     if let Some(Value::Dict(cfg)) = top.get("pg_config") {
         for (k, v) in cfg {
             let desc = v.get("desc").and_then(Value::as_str).unwrap_or_default().to_string();

@@ -67,7 +67,7 @@ pub fn highlights(kind: &str, name: &str, bytes: &[u8]) -> Result<Vec<String>, S
     if bytes.is_empty() {
         return Err(SnapshotError::Empty);
     }
-    let kind = if kind == "other" || kind.is_empty() { sniff(name, bytes) } else { kind };
+    let kind = if kind == "other" || kind.is_empty() { sniff(bytes) } else { kind };
     Ok(match kind {
         "flight_recorder" => flight_recorder::parse(bytes)?.highlights(),
         "state_dict" => state_dict::parse(bytes)?.highlights(),
@@ -109,7 +109,7 @@ pub fn facts(kind: &str, name: &str, bytes: &[u8], size: u64) -> Facts {
 }
 
 /// The kind of an unnamed file from its content.
-fn sniff(name: &str, b: &[u8]) -> &'static str {
+fn sniff(b: &[u8]) -> &'static str {
     let head = &b[..b.len().min(512)];
     let text = String::from_utf8_lossy(head);
     if b.starts_with(b"\x7fELF") {
@@ -125,7 +125,6 @@ fn sniff(name: &str, b: &[u8]) -> &'static str {
     } else if text.contains("Fatal Python error") || text.contains("Traceback (most recent call last)") || text.starts_with("reason:") || text.contains("most recent call first") {
         "stack"
     } else {
-        let _ = name;
         "other"
     }
 }

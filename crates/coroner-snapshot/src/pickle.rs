@@ -169,7 +169,7 @@ impl<'a> Machine<'a> {
         self.leaf(Value::Global(format!("{module}.{name}")));
     }
     fn set_items(&mut self, target: usize, items: Vec<usize>) -> Result<(), SnapshotError> {
-        if items.len() % 2 != 0 {
+        if items.len() & 1 == 1 {
             return Err(err("odd number of dict items"));
         }
         let pairs: Vec<(usize, usize)> = items.chunks(2).map(|c| (c[0], c[1])).collect();
