@@ -61,13 +61,19 @@ pub fn kind_of(folder: &str, name: &str) -> &'static str {
     }
 }
 
-/// Short human lines for the report. `kind` picks the reader (see [`kind_of`]); an `other` file
-/// is sniffed by its first bytes. An unknown kind gives no lines.
+/// Short human lines for the report. `kind` picks the reader (see [`kind_of`]); for an `other`
+/// file the kind comes from its name, else from its first bytes. An unknown kind gives no lines.
 pub fn highlights(kind: &str, name: &str, bytes: &[u8]) -> Result<Vec<String>, SnapshotError> {
     if bytes.is_empty() {
         return Err(SnapshotError::Empty);
     }
-    let kind = if kind == "other" || kind.is_empty() { sniff(bytes) } else { kind };
+    let kind = match kind {
+        "other" | "" => match kind_of("", name) {
+            "other" => sniff(bytes),
+            by_name => by_name,
+        },
+        k => k,
+    };
     Ok(match kind {
         "flight_recorder" => flight_recorder::parse(bytes)?.highlights(),
         "state_dict" => state_dict::parse(bytes)?.highlights(),
