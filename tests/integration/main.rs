@@ -3,5 +3,9 @@
 mod bad_input;
 mod end_to_end;
 mod golden;
+mod otlp_metrics;
+mod query_api;
+mod served;
 mod skewed_clocks;
 mod snapshots;
+mod web;

@@ -89,6 +89,8 @@ pub(crate) struct PageCollector {
     pub after: Option<SortKey>,
     pub limit: usize,
     pub windows: Option<Windows>,
+    /// Added to the capture time in the sort key, per rank key (aligned-time order).
+    pub offsets: Option<Arc<HashMap<u64, i64>>>,
 }
 
 pub(crate) struct PageSegment {
@@ -96,6 +98,7 @@ pub(crate) struct PageSegment {
     segment: SegmentOrdinal,
     after: Option<SortKey>,
     windows: Option<Windows>,
+    offsets: Option<Arc<HashMap<u64, i64>>>,
     total: u64,
     top: SmallestK<SortKey>,
 }
@@ -114,6 +117,7 @@ impl Collector for PageCollector {
             segment,
             after: self.after,
             windows: self.windows.clone(),
+            offsets: self.offsets.clone(),
             total: 0,
             top: SmallestK::new(self.limit),
         })
@@ -139,9 +143,12 @@ impl SegmentCollector for PageSegment {
     type Fruit = (u64, Vec<(SortKey, DocAddress)>);
 
     fn collect(&mut self, doc: DocId, _score: Score) {
-        let key = self.cols.key(doc);
+        let mut key = self.cols.key(doc);
         if !in_windows(&self.windows, &key) {
             return;
+        }
+        if let Some(off) = self.offsets.as_ref().and_then(|o| o.get(&(key.1 >> 2))) {
+            key.0 = key.0.saturating_add(*off);
         }
         self.total += 1;
         if self.after.is_none_or(|after| key > after) {

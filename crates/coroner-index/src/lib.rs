@@ -136,7 +136,8 @@ impl JobIndex {
         Ok(())
     }
 
-    /// One page of the lines matching `q`, in (capture_ns, rank, stream, seq) order.
+    /// One page of the lines matching `q`, in (capture_ns, rank, stream, seq) order, or in
+    /// (capture_ns + rank offset, rank, stream, seq) order when `q.order_offsets` is set.
     pub fn search(&self, q: &SearchRequest) -> Result<SearchPage, IndexError> {
         let limit = q.limit.min(MAX_PAGE_SIZE);
         let after = q.cursor.as_deref().map(search::decode_cursor).transpose()?;
@@ -146,6 +147,7 @@ impl JobIndex {
             // One more than a page tells whether another page follows.
             limit: if limit == 0 { 0 } else { limit + 1 },
             windows: search::windows_by_rank_key(q),
+            offsets: search::offsets_by_rank_key(q),
         };
         let searcher = self.reader.searcher();
         let (total, mut top) = searcher.search(&query, &collector)?;

@@ -22,6 +22,8 @@ pub struct SearchRequest {
     /// Empty (or only spaces) matches every line.
     pub query: String,
     pub rank: Option<u32>,
+    /// Only lines captured on this host.
+    pub host: Option<String>,
     pub stream: Option<Stream>,
     pub severity: Option<String>,
     pub kind: Option<String>,
@@ -29,6 +31,14 @@ pub struct SearchRequest {
     /// range into per-rank capture ranges (ranks have different clock offsets). `None` = no
     /// time filter. Key `None` = lines without a rank. Ranks absent from the map are excluded.
     pub capture_windows: Option<BTreeMap<Option<u32>, (i64, i64)>>,
+    /// Per-rank clock offsets (ns to add to a capture time): when set, hits are ordered by
+    /// capture time plus the line's rank offset (aligned time) instead of capture time, and the
+    /// cursor pages in that order. Ranks absent from the map get offset 0. The index still stores
+    /// capture times only.
+    pub order_offsets: Option<BTreeMap<Option<u32>, i64>>,
+    /// Only these lines, by (rank, stream, seq): how an event-class filter computed from the
+    /// analysis narrows a search. `Some(empty)` matches nothing.
+    pub only_lines: Option<Vec<(Option<u32>, Stream, u64)>>,
     /// Hits per page, at most [`MAX_PAGE_SIZE`]; 0 returns only the total.
     pub limit: usize,
     /// The `next_cursor` of the previous page, to continue after it.
@@ -119,6 +129,28 @@ pub(crate) fn build_query(
             term(Term::from_field_text(f.stream, stream.as_str())),
         ));
     }
+    if let Some(host) = &req.host {
+        clauses.push((Occur::Must, term(Term::from_field_text(f.host, host))));
+    }
+    if let Some(lines) = &req.only_lines {
+        let any: Vec<(Occur, Box<dyn Query>)> = lines
+            .iter()
+            .map(|(rank, stream, seq)| {
+                let both: Box<dyn Query> = Box::new(BooleanQuery::new(vec![
+                    (
+                        Occur::Must,
+                        term(Term::from_field_u64(f.origin, origin(*rank, *stream))),
+                    ),
+                    (Occur::Must, term(Term::from_field_u64(f.seq, *seq))),
+                ]));
+                (Occur::Should, both)
+            })
+            .collect();
+        if any.is_empty() {
+            return Ok(Box::new(tantivy::query::EmptyQuery));
+        }
+        clauses.push((Occur::Must, Box::new(BooleanQuery::new(any))));
+    }
     if let Some(severity) = &req.severity {
         clauses.push((
             Occur::Must,
@@ -157,6 +189,17 @@ pub(crate) fn windows_by_rank_key(req: &SearchRequest) -> Option<Windows> {
             .map(|(rank, window)| (origin(*rank, Stream::Stdout) >> 2, *window))
             .collect();
         Arc::new(map)
+    })
+}
+
+/// The sort offsets keyed as the collectors see a rank (the rank part of `origin`).
+pub(crate) fn offsets_by_rank_key(req: &SearchRequest) -> Option<Arc<HashMap<u64, i64>>> {
+    req.order_offsets.as_ref().map(|o| {
+        Arc::new(
+            o.iter()
+                .map(|(rank, off)| (origin(*rank, Stream::Stdout) >> 2, *off))
+                .collect(),
+        )
     })
 }
 

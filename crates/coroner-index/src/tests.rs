@@ -379,3 +379,45 @@ fn for_each_line_replays_in_rank_stream_seq_order_across_chunks() {
     assert_eq!(got[0], (None, Stream::File, 3));
     assert_eq!(got[1], (Some(0), Stream::Stdout, 1000));
 }
+
+#[test]
+fn aligned_order_host_and_line_filters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = sample_index(dir.path());
+    // Rank 3's clock runs 2500 ns ahead: its line 5 (capture 5003) is at aligned 2503, before
+    // rank 0's line 3 (capture 3000). Order and cursor follow aligned time.
+    let mut q = req("");
+    q.order_offsets = Some(BTreeMap::from([(Some(3), -2500)]));
+    q.limit = 7;
+    let page = idx.search(&q).expect("search");
+    let first: Vec<_> = keys(&page);
+    // Rank 3's first lines are aligned before everyone's start.
+    assert_eq!(&first[..5], &[(Some(3), 0), (Some(3), 1), (Some(3), 2), (Some(0), 0), (Some(1), 0)]);
+    let mut all = first.clone();
+    let mut cursor = page.next_cursor.clone();
+    while let Some(c) = cursor {
+        let mut q2 = q.clone();
+        q2.cursor = Some(c);
+        let p = idx.search(&q2).expect("page");
+        all.extend(keys(&p));
+        cursor = p.next_cursor;
+    }
+    assert_eq!(all.len(), 41, "paging in aligned order visits every line once");
+    let pos = |k| all.iter().position(|x| *x == k).expect("present");
+    assert!(pos((Some(3), 5)) < pos((Some(0), 3)));
+
+    let mut q = req("");
+    q.host = Some("node-a".into());
+    assert_eq!(idx.search(&q).expect("search").total, 41);
+    q.host = Some("node-b".into());
+    assert_eq!(idx.search(&q).expect("search").total, 0);
+
+    let mut q = req("");
+    q.only_lines = Some(vec![(Some(1), Stream::Stderr, 5), (None, Stream::Stdout, 0)]);
+    assert_eq!(
+        keys(&idx.search(&q).expect("search")),
+        vec![(None, 0), (Some(1), 5)]
+    );
+    q.only_lines = Some(Vec::new());
+    assert_eq!(idx.search(&q).expect("search").total, 0);
+}

@@ -64,7 +64,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
             continue;
         }
         lines_sent += lines.len();
-        let batch = v1::LogBatch { session_id: conn.session_id.clone(), batch_id: b.batch_id, lines, clock: Vec::new() };
+        let batch = v1::LogBatch { session_id: conn.session_id.clone(), batch_id: b.batch_id, lines, clock: Vec::new(), spool_backlog: 0 };
         if tokio::time::timeout_at(deadline, conn.tx.send(batch)).await.map_or(true, |r| r.is_err()) {
             tracing::warn!("replay {}: the server stopped taking batches", path.display());
             return;

@@ -489,6 +489,8 @@ impl Shipper {
         let base = self.base.clone().unwrap_or_default();
         let rank = self.session.rank;
         let mut done = Vec::new();
+        // What this agent holds unacknowledged (spooled or in memory), reported to the server.
+        let backlog: u64 = self.pending.iter().map(|p| p.bytes as u64).sum();
         for p in self.pending.iter_mut().filter(|p| !p.sent) {
             let lines = match (&p.lines, p.spool_at, &self.spool) {
                 (Some(l), _, _) => prepare_lines(l, rank, &base, &c.resume_from),
@@ -506,7 +508,7 @@ impl Shipper {
                 done.push(p.id);
                 continue;
             }
-            let batch = v1::LogBatch { session_id: c.session_id.clone(), batch_id: p.id, lines, clock: p.clock.clone() };
+            let batch = v1::LogBatch { session_id: c.session_id.clone(), batch_id: p.id, lines, clock: p.clock.clone(), spool_backlog: backlog };
             match c.tx.try_send(batch) {
                 Ok(()) => p.sent = true,
                 Err(_) => break,

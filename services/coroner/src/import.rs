@@ -121,6 +121,7 @@ async fn ship(client: &mut IngestClient<Channel>, session: &str, lines: &[LogLin
             batch_id: i as u64,
             lines: chunk.iter().map(line_to_wire).collect(),
             clock: Vec::new(),
+            spool_backlog: 0,
         })
         .collect();
     let expected = batches.len();

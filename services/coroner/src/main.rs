@@ -4,6 +4,8 @@
 mod analyze;
 mod import;
 mod remote;
+mod snapshot;
+mod timeline;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -53,16 +55,83 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Search a job's lines (tantivy query syntax).
+    /// Search a job's lines (tantivy query syntax); times are on the job's aligned clock.
     Search {
         job: String,
         query: String,
         #[arg(long)]
         rank: Option<u32>,
+        /// Only lines captured on this host.
+        #[arg(long)]
+        host: Option<String>,
+        /// stdout, stderr or file.
+        #[arg(long)]
+        stream: Option<String>,
+        /// Only lines the analysis read as this event class (watchdog_timeout, exception, nccl_warn, ...).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Aligned time, RFC 3339 (2024-05-01T12:00:00Z).
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        until: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Continue after a previous page (the cursor it printed).
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Print a JSON list of {rank, time, stream, line}.
         #[arg(long)]
         json: bool,
+    },
+    /// How many lines match a query on each rank ("which ranks printed NCCL WARN").
+    Count {
+        job: String,
+        #[arg(default_value = "")]
+        query: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The job's timeline as swimlanes in the terminal: ranks (or hosts) against aligned time.
+    Timeline {
+        job: String,
+        /// Columns for the time axis.
+        #[arg(long)]
+        width: Option<usize>,
+        /// One lane per host instead of per rank (automatic for large jobs).
+        #[arg(long)]
+        by_host: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the job's verdict now and on every change, until the server goes away.
+    Watch {
+        job: String,
+        /// One JSON object per update.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A job's snapshots: list them, or download one by its sha256.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapshotCommand {
+    /// List the job's snapshots.
+    List {
+        job: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download one snapshot's stored bytes.
+    Get {
+        job: String,
+        sha256: String,
+        #[arg(short, long)]
+        output: PathBuf,
     },
 }
 
@@ -73,8 +142,20 @@ fn main() -> ExitCode {
         Command::Import { paths, job } => runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job))),
         Command::Report { job, json } => runtime().and_then(|rt| rt.block_on(remote::report(&cli.server, &job, json))),
         Command::Jobs { json } => runtime().and_then(|rt| rt.block_on(remote::jobs(&cli.server, json))),
-        Command::Search { job, query, rank, limit, json } => {
-            runtime().and_then(|rt| rt.block_on(remote::search(&cli.server, &job, &query, rank, limit, json)))
+        Command::Search { job, query, rank, host, stream, kind, since, until, limit, cursor, json } => {
+            let args = remote::SearchArgs { query, rank, host, stream, kind, since, until, limit, cursor, json };
+            runtime().and_then(|rt| rt.block_on(remote::search(&cli.server, &job, args)))
+        }
+        Command::Count { job, query, json } => runtime().and_then(|rt| rt.block_on(remote::count(&cli.server, &job, &query, json))),
+        Command::Timeline { job, width, by_host, json } => {
+            runtime().and_then(|rt| rt.block_on(timeline::run(&cli.server, &job, width, by_host, json)))
+        }
+        Command::Watch { job, json } => runtime().and_then(|rt| rt.block_on(remote::watch(&cli.server, &job, json))),
+        Command::Snapshot { command: SnapshotCommand::List { job, json } } => {
+            runtime().and_then(|rt| rt.block_on(snapshot::list(&cli.server, &job, json)))
+        }
+        Command::Snapshot { command: SnapshotCommand::Get { job, sha256, output } } => {
+            runtime().and_then(|rt| rt.block_on(snapshot::get(&cli.server, &job, &sha256, &output)))
         }
     };
     match result {

@@ -1,17 +1,17 @@
-//! Commands that read from coronerd: `report`, `jobs`, `search`.
+//! Commands that read from coronerd: `report`, `jobs`, `search`, `count`, `watch`.
 
 use anyhow::Context;
 use coroner_proto::v1::{self, query_client::QueryClient};
 use std::process::ExitCode;
 use tonic::transport::Channel;
 
-async fn connect(server: &str) -> anyhow::Result<QueryClient<Channel>> {
+pub async fn connect(server: &str) -> anyhow::Result<QueryClient<Channel>> {
     QueryClient::connect(server.to_string())
         .await
         .with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))
 }
 
-fn status_message(s: tonic::Status) -> anyhow::Error {
+pub fn status_message(s: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{}", s.message())
 }
 
@@ -64,14 +64,50 @@ pub async fn jobs(server: &str, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn search(server: &str, job: &str, query: &str, rank: Option<u32>, limit: u32, json: bool) -> anyhow::Result<ExitCode> {
+/// What `coroner search` asks for.
+pub struct SearchArgs {
+    pub query: String,
+    pub rank: Option<u32>,
+    pub host: Option<String>,
+    pub stream: Option<String>,
+    pub kind: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub limit: u32,
+    pub cursor: Option<String>,
+    pub json: bool,
+}
+
+/// An RFC 3339 time (`2024-05-01T12:00:00Z`, `2024-05-01T14:00:00.5+02:00`) as ns since the epoch.
+pub fn parse_time(what: &str, s: &str) -> anyhow::Result<i64> {
+    chrono::DateTime::parse_from_rfc3339(s.trim())
+        .ok()
+        .and_then(|t| t.timestamp_nanos_opt())
+        .ok_or_else(|| anyhow::anyhow!("{what} {s:?} is not an RFC 3339 time (like 2024-05-01T12:00:00Z)"))
+}
+
+pub async fn search(server: &str, job: &str, a: SearchArgs) -> anyhow::Result<ExitCode> {
+    let since_ns = a.since.as_deref().map(|s| parse_time("--since", s)).transpose()?;
+    let until_ns = a.until.as_deref().map(|s| parse_time("--until", s)).transpose()?;
     let mut client = connect(server).await?;
     let resp = client
-        .search(v1::SearchRequest { job_id: job.to_string(), query: query.to_string(), rank, limit, ..Default::default() })
+        .search(v1::SearchRequest {
+            job_id: job.to_string(),
+            query: a.query,
+            rank: a.rank,
+            since_ns,
+            until_ns,
+            limit: a.limit,
+            cursor: a.cursor.unwrap_or_default(),
+            host: a.host.unwrap_or_default(),
+            stream: a.stream.unwrap_or_default(),
+            kind: a.kind.unwrap_or_default(),
+            ..Default::default()
+        })
         .await
         .map_err(status_message)?
         .into_inner();
-    if json {
+    if a.json {
         let hits: Vec<serde_json::Value> = resp
             .hits
             .iter()
@@ -83,7 +119,53 @@ pub async fn search(server: &str, job: &str, query: &str, rank: Option<u32>, lim
             let rank = h.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
             println!("{} rank {rank} {}: {}", coroner_model::format_rfc3339_ns(h.time_ns), h.stream, h.line);
         }
-        eprintln!("{} of {} matching lines", resp.hits.len(), resp.total);
+        eprintln!("{} of {} matching lines (times on the aligned clock)", resp.hits.len(), resp.total);
+    }
+    if !resp.next_cursor.is_empty() {
+        eprintln!("more: add --cursor {}", resp.next_cursor);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn count(server: &str, job: &str, query: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(server).await?;
+    let resp = client
+        .count_by_rank(v1::CountByRankRequest { job_id: job.to_string(), query: query.to_string() })
+        .await
+        .map_err(status_message)?
+        .into_inner();
+    if json {
+        let rows: Vec<serde_json::Value> = resp.counts.iter().map(|c| serde_json::json!({"rank": c.rank, "count": c.count})).collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        for c in &resp.counts {
+            println!("{:>8} {:>10}", c.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into()), c.count);
+        }
+        eprintln!("{} matching lines on {} ranks", resp.total, resp.counts.iter().filter(|c| c.rank.is_some()).count());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the job's headline now and on every change, until the server ends the stream.
+pub async fn watch(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCode> {
+    use tokio_stream::StreamExt;
+    let mut client = connect(server).await?;
+    let mut stream = client.watch_job(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner();
+    while let Some(update) = stream.next().await {
+        let r = update.map_err(status_message)?;
+        let now = coroner_model::format_rfc3339_ns(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0),
+        );
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"at": now, "job_id": r.job_id, "verdict": r.verdict, "culprit_rank": r.culprit_rank,
+                    "class": if r.fault_class.is_empty() { None } else { Some(&r.fault_class) }})
+            );
+        } else {
+            let headline = r.report_text.lines().next().unwrap_or("");
+            println!("[{now}] {headline}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -42,6 +42,7 @@ impl From<coroner_index::IndexError> for ServiceError {
     fn from(e: coroner_index::IndexError) -> Self {
         match e {
             coroner_index::IndexError::BadQuery(m) => ServiceError::InvalidArgument(format!("bad query: {m}")),
+            e @ coroner_index::IndexError::BadCursor(_) => ServiceError::InvalidArgument(e.to_string()),
             other => ServiceError::Internal(format!("index: {other}")),
         }
     }

@@ -127,6 +127,8 @@ impl Ingest for IngestService {
         let metrics = self.metrics.clone();
         metrics.agents_connected.fetch_add(1, Relaxed);
         tokio::spawn(async move {
+            // This stream's share of the agents' spool backlog gauge.
+            let mut backlog = 0i64;
             while let Some(batch) = batches.next().await {
                 let batch = match batch {
                     Ok(b) => b,
@@ -135,12 +137,16 @@ impl Ingest for IngestService {
                         break;
                     }
                 };
+                let reported = i64::try_from(batch.spool_backlog).unwrap_or(i64::MAX / 2);
+                metrics.spool_backlog_bytes.fetch_add(reported - backlog, Relaxed);
+                backlog = reported;
                 let result = handle_batch(&sessions, &store, batch).await;
                 let failed = result.is_err();
                 if tx.send(result.map_err(Status::from)).await.is_err() || failed {
                     break;
                 }
             }
+            metrics.spool_backlog_bytes.fetch_sub(backlog, Relaxed);
             metrics.agents_connected.fetch_sub(1, Relaxed);
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))

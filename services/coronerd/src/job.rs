@@ -174,7 +174,8 @@ async fn committer(job: Arc<Job>, mut rx: mpsc::Receiver<CommitRequest>, store: 
         if outcome.is_ok() {
             job.advance(&lines);
             metrics.commits.fetch_add(1, Ordering::Relaxed);
-            metrics.commit_seconds_sum_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            metrics.commit_latency.observe(started.elapsed());
+            metrics.duplicate_lines.fetch_add(duplicates.iter().map(|d| u64::from(*d)).sum(), Ordering::Relaxed);
             metrics.lines_ingested.fetch_add(lines.len() as u64, Ordering::Relaxed);
             metrics.bytes_ingested.fetch_add(lines.iter().map(|l| l.bytes.len() as u64).sum(), Ordering::Relaxed);
             metrics.batches.fetch_add(requests.len() as u64, Ordering::Relaxed);
@@ -283,7 +284,7 @@ async fn reporter(job: std::sync::Weak<Job>, store: Arc<dyn Metastore>, rules: A
         .await;
         let Ok(Some((report, seen))) = computed else { continue };
         metrics.reports.fetch_add(1, Ordering::Relaxed);
-        metrics.report_seconds_sum_us.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        metrics.report_latency.observe(started.elapsed());
         let culprit = report.first_failure.as_ref().and_then(|f| f.rank);
         let class = report.first_failure.as_ref().map(|f| f.class.as_str());
         let json = serde_json::to_string(&report).unwrap_or_default();

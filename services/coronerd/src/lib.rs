@@ -1,7 +1,7 @@
 //! coronerd as a library, so tests can start the real server on ephemeral ports.
 //!
-//! [`run`] opens the store, serves gRPC (ingest, query, health, reflection) and HTTP (the web page
-//! and `/metrics`) until the shutdown token fires, then stops accepting, lets in-flight commits
+//! [`run`] opens the store, serves gRPC (ingest, query, OTLP logs, health, reflection) and HTTP
+//! (the web pages, their JSON API and `/metrics`) until the shutdown token fires, then stops accepting, lets in-flight commits
 //! finish, and closes.
 
 pub mod config;
@@ -11,8 +11,10 @@ mod ingest;
 mod job;
 mod jobs;
 pub mod metrics;
+mod otlp;
 mod query;
 mod snapshots;
+mod views;
 
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -59,7 +61,8 @@ pub async fn start(
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), "coronerd listening");
 
     let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone());
-    let query = query::QueryService::new(jobs.clone());
+    let query = query::QueryService::new(jobs.clone(), snapshot_store.clone());
+    let otlp = otlp::OtlpLogs::new(jobs.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
     health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;
@@ -77,12 +80,13 @@ pub async fn start(
                 .max_decoding_message_size(64 << 20),
         )
         .add_service(coroner_proto::v1::query_server::QueryServer::new(query))
+        .add_service(otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
             async move { grpc_shutdown.cancelled().await },
         );
     let http_shutdown = shutdown.clone();
-    let app = http::router(jobs.clone(), metrics.clone());
+    let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone());
     let http = axum::serve(http_listener, app).with_graceful_shutdown(async move { http_shutdown.cancelled().await });
 
     let server = async move {

@@ -1,9 +1,45 @@
-//! Prometheus metrics, named `coroner_<subsystem>_<name>_<unit>`, updated per batch.
+//! Prometheus metrics, named `coroner_<subsystem>_<name>_<unit>`, updated per batch; labels have
+//! bounded cardinality (fault classes and verdicts, never job ids or ranks).
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
-use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, seconds.
+const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// A latency histogram with fixed buckets.
+#[derive(Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| s <= *b) {
+            self.counts[i].fetch_add(1, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(d.as_micros() as u64, Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (b, c) in BUCKETS.iter().zip(&self.counts) {
+            cumulative += c.load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count.load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {:.6}", self.sum_us.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
 
 #[derive(Default)]
 pub struct Metrics {
@@ -12,38 +48,73 @@ pub struct Metrics {
     pub duplicate_lines: AtomicU64,
     pub batches: AtomicU64,
     pub agents_connected: AtomicI64,
+    /// Sum over connected agents of the spool bytes they last reported as not yet acknowledged.
+    pub spool_backlog_bytes: AtomicI64,
     pub commits: AtomicU64,
-    pub commit_seconds_sum_us: AtomicU64,
+    pub commit_latency: Histogram,
     pub reports: AtomicU64,
-    pub report_seconds_sum_us: AtomicU64,
+    pub report_latency: Histogram,
     pub snapshots: AtomicU64,
     pub dropped_lines_reported: AtomicU64,
-    pub failures_by_class: Mutex<BTreeMap<String, u64>>,
+    pub otlp_records: AtomicU64,
+    pub otlp_rejected: AtomicU64,
+}
+
+/// Jobs by verdict and failed jobs by fault class, read from the store when scraped.
+#[derive(Default)]
+pub struct JobCounts {
+    pub by_verdict: BTreeMap<String, u64>,
+    pub failed_by_class: BTreeMap<String, u64>,
+}
+
+fn label(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', " ")
 }
 
 impl Metrics {
-    pub fn render(&self) -> String {
+    pub fn render(&self, jobs: &JobCounts) -> String {
         let mut out = String::new();
-        let mut counter = |name: &str, help: &str, kind: &str, value: String| {
+        let mut one = |name: &str, help: &str, kind: &str, value: String| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         };
-        counter("coroner_ingest_lines_total", "Log lines committed.", "counter", self.lines_ingested.load(Relaxed).to_string());
-        counter("coroner_ingest_bytes_total", "Log line bytes committed.", "counter", self.bytes_ingested.load(Relaxed).to_string());
-        counter("coroner_ingest_duplicate_lines_total", "Redelivered lines dropped as duplicates.", "counter", self.duplicate_lines.load(Relaxed).to_string());
-        counter("coroner_ingest_batches_total", "Log batches acknowledged.", "counter", self.batches.load(Relaxed).to_string());
-        counter("coroner_ingest_agents_connected", "Agents with an open log stream.", "gauge", self.agents_connected.load(Relaxed).to_string());
-        counter("coroner_agent_dropped_lines_total", "Lines agents reported dropping (spool full).", "counter", self.dropped_lines_reported.load(Relaxed).to_string());
-        counter("coroner_index_commits_total", "Index commits.", "counter", self.commits.load(Relaxed).to_string());
-        counter("coroner_index_commit_seconds_sum", "Time spent in index commits.", "counter", format!("{:.6}", self.commit_seconds_sum_us.load(Relaxed) as f64 / 1e6));
-        counter("coroner_report_builds_total", "Reports computed.", "counter", self.reports.load(Relaxed).to_string());
-        counter("coroner_report_seconds_sum", "Time spent computing reports.", "counter", format!("{:.6}", self.report_seconds_sum_us.load(Relaxed) as f64 / 1e6));
-        counter("coroner_snapshots_stored_total", "Snapshots stored.", "counter", self.snapshots.load(Relaxed).to_string());
-        let _ = writeln!(out, "# HELP coroner_jobs_failures_total Failed jobs by fault class.\n# TYPE coroner_jobs_failures_total gauge");
-        if let Ok(map) = self.failures_by_class.lock() {
-            for (class, n) in map.iter() {
-                let _ = writeln!(out, "coroner_jobs_failures_total{{class=\"{class}\"}} {n}");
-            }
+        one("coroner_ingest_lines_total", "Log lines committed.", "counter", self.lines_ingested.load(Relaxed).to_string());
+        one("coroner_ingest_bytes_total", "Log line bytes committed.", "counter", self.bytes_ingested.load(Relaxed).to_string());
+        one("coroner_ingest_duplicate_lines_total", "Redelivered lines dropped as duplicates.", "counter", self.duplicate_lines.load(Relaxed).to_string());
+        one("coroner_ingest_batches_total", "Log batches acknowledged.", "counter", self.batches.load(Relaxed).to_string());
+        one("coroner_ingest_agents_connected", "Agents with an open log stream.", "gauge", self.agents_connected.load(Relaxed).to_string());
+        one("coroner_agent_spool_backlog_bytes", "Spool bytes connected agents hold unacknowledged, as they last reported.", "gauge", self.spool_backlog_bytes.load(Relaxed).max(0).to_string());
+        one("coroner_agent_dropped_lines_total", "Lines agents reported dropping (spool full).", "counter", self.dropped_lines_reported.load(Relaxed).to_string());
+        one("coroner_otlp_log_records_total", "OTLP log records accepted.", "counter", self.otlp_records.load(Relaxed).to_string());
+        one("coroner_otlp_rejected_log_records_total", "OTLP log records rejected (no job id).", "counter", self.otlp_rejected.load(Relaxed).to_string());
+        one("coroner_index_commits_total", "Index commits.", "counter", self.commits.load(Relaxed).to_string());
+        one("coroner_report_builds_total", "Reports computed.", "counter", self.reports.load(Relaxed).to_string());
+        one("coroner_snapshots_stored_total", "Snapshots stored.", "counter", self.snapshots.load(Relaxed).to_string());
+        self.commit_latency.render(&mut out, "coroner_index_commit_duration_seconds", "Index commit latency (add, commit, reader reload).");
+        self.report_latency.render(&mut out, "coroner_report_duration_seconds", "Time to compute a job's report.");
+        let _ = writeln!(out, "# HELP coroner_jobs Jobs the store holds, by verdict.\n# TYPE coroner_jobs gauge");
+        for (v, n) in &jobs.by_verdict {
+            let _ = writeln!(out, "coroner_jobs{{verdict=\"{}\"}} {n}", label(v));
+        }
+        let _ = writeln!(out, "# HELP coroner_jobs_failed Failed jobs by the fault class of their first failure.\n# TYPE coroner_jobs_failed gauge");
+        for (c, n) in &jobs.failed_by_class {
+            let _ = writeln!(out, "coroner_jobs_failed{{class=\"{}\"}} {n}", label(c));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let m = Metrics::default();
+        m.commit_latency.observe(Duration::from_micros(500));
+        m.commit_latency.observe(Duration::from_millis(30));
+        let text = m.render(&JobCounts::default());
+        assert!(text.contains("coroner_index_commit_duration_seconds_bucket{le=\"0.001\"} 1"), "{text}");
+        assert!(text.contains("coroner_index_commit_duration_seconds_bucket{le=\"0.05\"} 2"), "{text}");
+        assert!(text.contains("coroner_index_commit_duration_seconds_count 2"), "{text}");
     }
 }

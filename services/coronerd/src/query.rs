@@ -1,8 +1,12 @@
-//! The Query service: jobs, reports, search, and a live watch of a job's report.
+//! The Query service: jobs, reports, search, counts per rank, the timeline, snapshots, and a live
+//! watch of a job's report. Search and the timeline are computed in [`crate::views`], shared with
+//! the web page.
 
 use crate::error::ServiceError;
 use crate::jobs::Jobs;
-use coroner_index::SearchRequest;
+use crate::snapshots::SnapshotStore;
+use crate::views::search::{self, SearchParams};
+use crate::views::timeline::{Timeline, TimelineOptions};
 use coroner_model::{JobId, Report};
 use coroner_proto::v1::{self, query_server::Query};
 use std::pin::Pin;
@@ -10,17 +14,21 @@ use std::sync::Arc;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+/// Bytes per GetSnapshot message.
+const SNAPSHOT_CHUNK: usize = 256 << 10;
+
 pub struct QueryService {
     jobs: Arc<Jobs>,
+    snapshots: Arc<SnapshotStore>,
 }
 
 impl QueryService {
-    pub fn new(jobs: Arc<Jobs>) -> Self {
-        QueryService { jobs }
+    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>) -> Self {
+        QueryService { jobs, snapshots }
     }
 }
 
-fn job_id(s: &str) -> Result<JobId, ServiceError> {
+pub fn job_id(s: &str) -> Result<JobId, ServiceError> {
     JobId::parse(s).map_err(|e| ServiceError::InvalidArgument(format!("job id: {e}")))
 }
 
@@ -36,7 +44,86 @@ pub fn report_response(report: &Report) -> v1::ReportResponse {
     }
 }
 
+fn timeline_response(t: Timeline) -> v1::TimelineResponse {
+    v1::TimelineResponse {
+        job_id: t.job_id,
+        grouped_by_host: t.grouped_by_host,
+        start_ns: t.start_ns,
+        end_ns: t.end_ns,
+        culprit_rank: t.culprit_rank,
+        failure_ns: t.failure_ns,
+        verdict: t.verdict,
+        lanes: t
+            .lanes
+            .into_iter()
+            .map(|l| v1::TimelineLane {
+                label: l.label,
+                ranks: l.ranks,
+                host: l.host,
+                role: l.role,
+                start_ns: l.start_ns,
+                end_ns: l.end_ns,
+                events_total: l.events_total,
+                ended: l.ended,
+                events: l
+                    .events
+                    .into_iter()
+                    .map(|e| v1::TimelineEvent {
+                        time_ns: e.time_ns,
+                        rank: e.rank,
+                        kind: e.kind,
+                        role: e.role,
+                        text: e.text,
+                        stream: e.stream,
+                        seq: e.seq,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub fn snapshot_info(s: &coroner_store::SnapshotRecord) -> v1::SnapshotInfo {
+    v1::SnapshotInfo {
+        rank: s.rank.map(|r| r.0),
+        kind: s.kind.clone(),
+        name: s.name.clone(),
+        size: s.size,
+        sha256: s.sha256.clone(),
+        captured_ns: s.captured_ns,
+        stored_bytes: s.stored_bytes,
+    }
+}
+
+/// The stored file of snapshot `sha256` of `job`, or not found (unknown job, a snapshot of
+/// another job, bytes not kept).
+pub async fn snapshot_file(
+    jobs: &Jobs,
+    store: &SnapshotStore,
+    job: &str,
+    sha256: &str,
+) -> Result<(coroner_store::SnapshotRecord, std::path::PathBuf), ServiceError> {
+    let id = job_id(job)?;
+    let job = jobs.get(&id, false).await?;
+    let sha = sha256.trim().to_ascii_lowercase();
+    let path = store
+        .path_of(&sha)
+        .ok_or_else(|| ServiceError::InvalidArgument(format!("{sha256:?} is not a sha256 (64 hex digits)")))?;
+    let record = jobs
+        .store
+        .snapshots(&job.id)
+        .await?
+        .into_iter()
+        .find(|s| s.sha256 == sha)
+        .ok_or_else(|| ServiceError::NotFound(format!("job {id} has no snapshot {sha} (list them with `coroner snapshot list {id}`)")))?;
+    if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
+        return Err(ServiceError::NotFound(format!("snapshot {sha} of job {id}: its bytes were not kept on this server")));
+    }
+    Ok((record, path))
+}
+
 type ReportStream = Pin<Box<dyn Stream<Item = Result<v1::ReportResponse, Status>> + Send>>;
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<v1::SnapshotData, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Query for QueryService {
@@ -49,7 +136,7 @@ impl Query for QueryService {
         };
         let rows = self.jobs.store.list_jobs(&filter).await.map_err(ServiceError::from)?;
         let mut jobs = Vec::with_capacity(rows.len());
-        for row in rows {
+        for row in rows.into_iter().filter(|row| r.until_ns == 0 || row.first_seen_ns <= r.until_ns) {
             let ranks = self.jobs.store.sessions(&row.job_id).await.map_err(ServiceError::from)?.iter().filter(|s| s.rank.is_some()).count() as u32;
             jobs.push(v1::JobSummary {
                 job_id: row.job_id.to_string(),
@@ -76,29 +163,96 @@ impl Query for QueryService {
         let r = req.into_inner();
         let id = job_id(&r.job_id)?;
         let job = self.jobs.get(&id, false).await?;
-        let request = SearchRequest {
+        let params = SearchParams {
             query: r.query,
             rank: r.rank,
-            stream: None,
-            severity: None,
-            kind: None,
-            capture_windows: None,
-            limit: if r.limit == 0 { 100 } else { r.limit.min(10_000) as usize },
-            cursor: (!r.cursor.is_empty()).then_some(r.cursor),
+            host: Some(r.host),
+            stream: Some(r.stream),
+            severity: Some(r.severity),
+            kind: Some(r.kind),
+            since_ns: r.since_ns,
+            until_ns: r.until_ns,
+            limit: r.limit as usize,
+            cursor: Some(r.cursor),
         };
-        let index = job.index.clone();
-        let page = tokio::task::spawn_blocking(move || index.search(&request)).await.map_err(ServiceError::from)?.map_err(ServiceError::from)?;
-        let hits = page
+        let result = search::search(&self.jobs, &job, params).await?;
+        let hits = result
             .hits
             .into_iter()
             .map(|h| v1::SearchHit {
                 rank: h.rank,
-                time_ns: h.capture_ns,
-                stream: h.stream.as_str().to_string(),
-                line: String::from_utf8_lossy(&h.bytes).into_owned(),
+                time_ns: h.time_ns,
+                stream: h.stream,
+                line: h.line,
+                capture_ns: h.capture_ns,
+                host: h.host,
+                seq: h.seq,
             })
             .collect();
-        Ok(Response::new(v1::SearchResponse { hits, total: page.total, next_cursor: page.next_cursor.unwrap_or_default() }))
+        Ok(Response::new(v1::SearchResponse { hits, total: result.total, next_cursor: result.next_cursor.unwrap_or_default() }))
+    }
+
+    async fn count_by_rank(&self, req: Request<v1::CountByRankRequest>) -> Result<Response<v1::CountByRankResponse>, Status> {
+        let r = req.into_inner();
+        let job = self.jobs.get(&job_id(&r.job_id)?, false).await?;
+        let counts = search::count_by_rank(&job, r.query).await?;
+        let total = counts.values().sum();
+        let counts = counts.into_iter().map(|(rank, count)| v1::RankCount { rank, count }).collect();
+        Ok(Response::new(v1::CountByRankResponse { counts, total }))
+    }
+
+    async fn timeline(&self, req: Request<v1::TimelineRequest>) -> Result<Response<v1::TimelineResponse>, Status> {
+        let r = req.into_inner();
+        let job = self.jobs.get(&job_id(&r.job_id)?, false).await?;
+        let defaults = TimelineOptions::default();
+        let opts = TimelineOptions {
+            group_by_host: r.group_by_host,
+            max_lanes: if r.max_lanes == 0 { defaults.max_lanes } else { r.max_lanes.min(10_000) as usize },
+            max_events_per_lane: if r.max_events_per_lane == 0 { defaults.max_events_per_lane } else { r.max_events_per_lane.min(10_000) as usize },
+        };
+        let t = search::timeline(&self.jobs, &job, opts).await?;
+        Ok(Response::new(timeline_response(t)))
+    }
+
+    async fn list_snapshots(&self, req: Request<v1::GetReportRequest>) -> Result<Response<v1::ListSnapshotsResponse>, Status> {
+        let job = self.jobs.get(&job_id(&req.into_inner().job_id)?, false).await?;
+        let snapshots = self.jobs.store.snapshots(&job.id).await.map_err(ServiceError::from)?;
+        Ok(Response::new(v1::ListSnapshotsResponse { snapshots: snapshots.iter().map(snapshot_info).collect() }))
+    }
+
+    type GetSnapshotStream = SnapshotStream;
+
+    async fn get_snapshot(&self, req: Request<v1::GetSnapshotRequest>) -> Result<Response<Self::GetSnapshotStream>, Status> {
+        let r = req.into_inner();
+        let (record, path) = snapshot_file(&self.jobs, &self.snapshots, &r.job_id, &r.sha256).await?;
+        let mut file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| ServiceError::Internal(format!("open snapshot {}: {e}", path.display())))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut info = Some(snapshot_info(&record));
+            let mut offset = 0u64;
+            loop {
+                let mut buf = vec![0u8; SNAPSHOT_CHUNK];
+                let n = match file.read(&mut buf).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::unavailable(format!("read snapshot: {e}")))).await;
+                        return;
+                    }
+                };
+                if n == 0 && info.is_none() {
+                    return;
+                }
+                buf.truncate(n);
+                if tx.send(Ok(v1::SnapshotData { info: info.take(), offset, data: buf })).await.is_err() || n == 0 {
+                    return;
+                }
+                offset += n as u64;
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     type WatchJobStream = ReportStream;

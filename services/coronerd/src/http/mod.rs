@@ -1,0 +1,115 @@
+//! HTTP: the web pages (one file each), their JSON API, snapshot downloads and `/metrics`.
+//!
+//! Pages are server-rendered HTML with one small vanilla script for the timeline and the search
+//! box; every asset is served from here (no build step, no external network). Errors are pages
+//! or JSON with the reason: a malformed query is a 400 with the parser's message, an unknown job
+//! a 404, never a 500.
+
+mod api;
+mod job_page;
+mod jobs_page;
+
+use crate::error::ServiceError;
+use crate::jobs::Jobs;
+use crate::metrics::{JobCounts, Metrics};
+use crate::snapshots::SnapshotStore;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub jobs: Arc<Jobs>,
+    pub metrics: Arc<Metrics>,
+    pub snapshots: Arc<SnapshotStore>,
+}
+
+pub fn router(jobs: Arc<Jobs>, metrics: Arc<Metrics>, snapshots: Arc<SnapshotStore>) -> Router {
+    Router::new()
+        .route("/", get(jobs_page::handler))
+        .route("/jobs/{id}", get(job_page::handler))
+        .route("/jobs/{id}/report.json", get(api::report_json))
+        .route("/jobs/{id}/snapshots/{sha}", get(api::snapshot_download))
+        .route("/api/jobs", get(api::jobs))
+        .route("/api/jobs/{id}/search", get(api::search))
+        .route("/api/jobs/{id}/counts", get(api::counts))
+        .route("/api/jobs/{id}/timeline", get(api::timeline))
+        .route("/assets/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE) }))
+        .route("/assets/job.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], JOB_JS) }))
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(AppState { jobs, metrics, snapshots })
+}
+
+const STYLE: &str = include_str!("assets/style.css");
+const JOB_JS: &str = include_str!("assets/job.js");
+
+pub(crate) fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
+}
+
+pub(crate) fn page(title: &str, body: &str) -> Html<String> {
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><title>{}</title><link rel=\"stylesheet\" href=\"/assets/style.css\"></head><body>{}</body></html>",
+        escape(title),
+        body
+    ))
+}
+
+pub(crate) fn status_of(e: &ServiceError) -> StatusCode {
+    match e {
+        ServiceError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+        ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+        ServiceError::FailedPrecondition(_) => StatusCode::CONFLICT,
+        ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The message a caller may see (internal details go to the log only).
+pub(crate) fn public_message(e: &ServiceError) -> String {
+    match e {
+        ServiceError::Internal(m) => {
+            tracing::error!(error = %m, "internal error");
+            "internal error; see the coronerd log".into()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// An error as a page.
+pub(crate) fn error_page(e: ServiceError) -> Response {
+    let status = status_of(&e);
+    let body = format!("<p><a href=\"/\">jobs</a></p><h1>{}</h1><p class=\"error\">{}</p>", status, escape(&public_message(&e)));
+    (status, page("coroner: error", &body)).into_response()
+}
+
+/// An error as JSON: `{"error": "..."}`.
+pub(crate) fn error_json(e: ServiceError) -> Response {
+    let status = status_of(&e);
+    (status, axum::Json(serde_json::json!({ "error": public_message(&e) }))).into_response()
+}
+
+pub(crate) async fn job_counts(jobs: &Jobs) -> Result<JobCounts, ServiceError> {
+    let rows = jobs.store.list_jobs(&Default::default()).await?;
+    let mut counts = JobCounts::default();
+    for r in rows {
+        *counts.by_verdict.entry(r.verdict.clone()).or_default() += 1;
+        if r.verdict == "failed" {
+            *counts.failed_by_class.entry(r.fault_class.unwrap_or_else(|| "unknown".into())).or_default() += 1;
+        }
+    }
+    Ok(counts)
+}
+
+async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {
+    // The ingest metrics are served even when the store cannot be read.
+    let counts = job_counts(&s.jobs).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "metrics: cannot count jobs");
+        JobCounts::default()
+    });
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render(&counts))
+}

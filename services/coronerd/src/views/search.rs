@@ -1,0 +1,169 @@
+//! Search on the aligned clock, shared by the gRPC Query service and the web page's JSON API.
+//!
+//! The index stores capture times only. An aligned-time range becomes one capture window per
+//! rank from the current report's clock offsets, widened by each offset's uncertainty so no line
+//! that may lie in the range is missed; hits are ordered by capture time plus their rank's
+//! offset. An event-class filter takes the lines the analysis turned into events of that class.
+
+use crate::error::ServiceError;
+use crate::job::Job;
+use crate::jobs::Jobs;
+use coroner_index::SearchRequest;
+use coroner_model::{Report, Stream};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// The most lines an event-class filter passes to the index.
+const MAX_KIND_LINES: usize = 10_000;
+
+#[derive(Debug, Clone, Default)]
+pub struct SearchParams {
+    pub query: String,
+    pub rank: Option<u32>,
+    pub host: Option<String>,
+    pub stream: Option<String>,
+    pub severity: Option<String>,
+    pub kind: Option<String>,
+    /// Aligned time, ns since the epoch, both ends inclusive.
+    pub since_ns: Option<i64>,
+    pub until_ns: Option<i64>,
+    pub limit: usize,
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Hit {
+    pub rank: Option<u32>,
+    /// Aligned time, ns.
+    pub time_ns: i64,
+    pub time: String,
+    pub capture_ns: i64,
+    pub host: String,
+    pub stream: String,
+    pub seq: u64,
+    pub line: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchResult {
+    pub hits: Vec<Hit>,
+    pub total: u64,
+    pub next_cursor: Option<String>,
+}
+
+/// Each rank's (offset, uncertainty) from the report; an unknown uncertainty counts as 0.
+fn clocks(report: &Report) -> BTreeMap<Option<u32>, (i64, i64)> {
+    report.ranks.iter().map(|r| (Some(r.rank.0), (r.clock.offset_ns, r.clock.uncertainty_ns.max(0)))).collect()
+}
+
+fn nonempty(s: Option<String>) -> Option<String> {
+    s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+pub async fn search(jobs: &Jobs, job: &Arc<Job>, p: SearchParams) -> Result<SearchResult, ServiceError> {
+    let report = job.current_report(&jobs.rules).await?;
+    let clocks = clocks(&report);
+    let stream = match nonempty(p.stream) {
+        None => None,
+        Some(s) => Some(Stream::parse(&s).ok_or_else(|| ServiceError::InvalidArgument(format!("stream {s:?}: use stdout, stderr or file")))?),
+    };
+    if let (Some(a), Some(b)) = (p.since_ns, p.until_ns) {
+        if a > b {
+            return Err(ServiceError::InvalidArgument("the time range ends before it starts".into()));
+        }
+    }
+    let capture_windows = if p.since_ns.is_some() || p.until_ns.is_some() {
+        let (lo, hi) = (p.since_ns.unwrap_or(i64::MIN), p.until_ns.unwrap_or(i64::MAX));
+        let mut keys: BTreeSet<Option<u32>> = job.positions().keys().map(|(r, _)| *r).collect();
+        keys.extend(clocks.keys().copied());
+        keys.insert(None);
+        Some(
+            keys.into_iter()
+                .map(|k| {
+                    let (off, unc) = clocks.get(&k).copied().unwrap_or((0, 0));
+                    (k, (lo.saturating_sub(off).saturating_sub(unc), hi.saturating_sub(off).saturating_add(unc)))
+                })
+                .collect(),
+        )
+    } else {
+        None
+    };
+    let only_lines = match nonempty(p.kind).filter(|k| k != "line") {
+        None => None,
+        Some(kind) => {
+            let pipeline = job.pipeline.clone();
+            let lines = tokio::task::spawn_blocking(move || {
+                let evidence = pipeline.lock().map(|p| p.evidence()).map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))?;
+                let owned = evidence.ranks.iter().flat_map(|(r, ev)| ev.events.iter().map(move |e| (Some(r.0), e)));
+                let unowned = evidence.unowned.iter().map(|e| (None, e));
+                Ok::<_, ServiceError>(
+                    owned
+                        .chain(unowned)
+                        .filter(|(_, e)| e.kind.name() == kind)
+                        .map(|(r, e)| (r, e.line.stream, e.line.seq))
+                        .take(MAX_KIND_LINES)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .await??;
+            Some(lines)
+        }
+    };
+    let request = SearchRequest {
+        query: p.query,
+        rank: p.rank,
+        host: nonempty(p.host),
+        stream,
+        severity: nonempty(p.severity),
+        kind: None,
+        capture_windows,
+        order_offsets: Some(clocks.iter().map(|(k, (o, _))| (*k, *o)).collect()),
+        only_lines,
+        limit: if p.limit == 0 { 100 } else { p.limit.min(coroner_index::MAX_PAGE_SIZE) },
+        cursor: nonempty(p.cursor),
+    };
+    let index = job.index.clone();
+    let page = tokio::task::spawn_blocking(move || index.search(&request)).await??;
+    let hits = page
+        .hits
+        .into_iter()
+        .map(|h| {
+            let off = clocks.get(&h.rank).map(|c| c.0).unwrap_or(0);
+            let time_ns = h.capture_ns.saturating_add(off);
+            Hit {
+                rank: h.rank,
+                time_ns,
+                time: coroner_model::format_rfc3339_ns(time_ns),
+                capture_ns: h.capture_ns,
+                host: h.host,
+                stream: h.stream.as_str().to_string(),
+                seq: h.seq,
+                line: String::from_utf8_lossy(&h.bytes).into_owned(),
+            }
+        })
+        .collect();
+    Ok(SearchResult { hits, total: page.total, next_cursor: page.next_cursor })
+}
+
+/// Lines matching `query` per rank (`None`: lines no rank owns).
+pub async fn count_by_rank(job: &Arc<Job>, query: String) -> Result<BTreeMap<Option<u32>, u64>, ServiceError> {
+    let index = job.index.clone();
+    Ok(tokio::task::spawn_blocking(move || index.count_by_rank(&query)).await??)
+}
+
+/// The timeline over the job's current evidence and report.
+pub async fn timeline(
+    jobs: &Jobs,
+    job: &Arc<Job>,
+    opts: super::timeline::TimelineOptions,
+) -> Result<super::timeline::Timeline, ServiceError> {
+    let report = job.current_report(&jobs.rules).await?;
+    let pipeline = job.pipeline.clone();
+    let rules = jobs.rules.clone();
+    tokio::task::spawn_blocking(move || {
+        let evidence = pipeline.lock().map(|p| p.evidence()).map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))?;
+        Ok(super::timeline::build(&evidence, &report, &rules, opts))
+    })
+    .await?
+}

@@ -1,0 +1,118 @@
+//! The web page in a real headless browser (Debian's `chromium`, which `.ci/run` installs): the
+//! page of an imported corpus bundle, after its script ran, shows the culprit and a timeline with
+//! one lane per rank. Also: the page's error answers (400 with the parser's message, 404).
+
+use crate::served::Served;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn chromium() -> PathBuf {
+    for p in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!("chromium is not installed: `apt-get install -y chromium` (.ci/run does it)");
+}
+
+/// Runs headless chromium on `url` with `extra` arguments; returns its stdout.
+fn headless(url: &str, extra: &[&str]) -> String {
+    let profile = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_job_page_shows_the_culprit_and_the_timeline_in_a_real_browser() {
+    let served = Served::start();
+    let report = served.import("nccl2_hang_r1", "web-hang");
+    assert_eq!(report["first_failure"]["rank"], 1, "{report:#}");
+    let url = format!("http://127.0.0.1:{}/jobs/web-hang", served.http_port);
+    let dom = headless(&url, &["--window-size=1400,900", "--dump-dom"]);
+
+    // The verdict banner names the culprit.
+    let culprit = dom.find("id=\"culprit\"").map(|i| &dom[i..(i + 200).min(dom.len())]).unwrap_or("");
+    assert!(culprit.contains("rank 1"), "no culprit in the banner: {culprit:?}");
+    assert!(dom.contains("hang"), "the fault class is on the page");
+    // The script drew the timeline: an SVG inside #timeline with one lane per rank, the culprit's marked.
+    let tl = dom.find("id=\"timeline\"").map(|i| &dom[i..]).expect("a #timeline element");
+    assert!(tl.contains("id=\"timeline-svg\""), "the timeline was not drawn: {}", &tl[..tl.len().min(400)]);
+    assert!(tl.contains("class=\"lane culprit\" data-ranks=\"1\""), "the culprit's lane is marked");
+    assert!(tl.contains("class=\"lane\" data-ranks=\"0\""), "rank 0 has a lane");
+    assert!(tl.contains("class=\"ev root") || tl.contains("class=\"ev symptom"), "events are drawn by role");
+    // The rest of the page.
+    for id in ["id=\"evidence\"", "id=\"search\"", "/jobs/web-hang/report.json"] {
+        assert!(dom.contains(id), "{id} missing");
+    }
+
+    // A picture for a person to look at (CORONER_SCREENSHOT=/path.png keeps it).
+    if let Ok(path) = std::env::var("CORONER_SCREENSHOT") {
+        headless(&url, &["--window-size=1400,900", "--hide-scrollbars", &format!("--screenshot={path}")]);
+        assert!(Path::new(&path).exists(), "no screenshot at {path}");
+    }
+}
+
+#[test]
+fn the_page_and_its_api_answer_bad_requests_with_reasons_not_500() {
+    let served = Served::start();
+    served.import("nccl2_oom_r1", "web-oom");
+
+    let (status, body) = served.get("/jobs/no-such-job");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("no job"), "{body}");
+    let (status, body) = served.get_json("/api/jobs/no-such-job/search?q=x");
+    assert_eq!(status, 404, "{body}");
+
+    // A malformed query gets the parser's message.
+    let (status, body) = served.get_json("/api/jobs/web-oom/search?q=%22unclosed");
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| e.contains("bad query")), "{body}");
+    let (status, body) = served.get_json("/api/jobs/web-oom/search?q=x&since=yesterday");
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = served.get_json("/api/jobs/web-oom/search?q=x&cursor=zz");
+    assert_eq!(status, 400, "{body}");
+
+    // The search API: hits on the aligned clock, the culprit's lines found.
+    let (status, body) = served.get_json("/api/jobs/web-oom/search?q=OutOfMemoryError&limit=5");
+    assert_eq!(status, 200, "{body}");
+    let hits = body["hits"].as_array().expect("hits");
+    assert!(!hits.is_empty() && hits.iter().all(|h| h["rank"] == 1), "{body:#}");
+    let (status, counts) = served.get_json("/api/jobs/web-oom/counts?q=OutOfMemoryError");
+    assert_eq!(status, 200);
+    assert!(counts.as_array().is_some_and(|c| c.iter().any(|x| x["rank"] == 1)), "{counts}");
+
+    // The jobs page lists it; the report page renders the collective table when there is one.
+    let (status, body) = served.get("/");
+    assert_eq!(status, 200);
+    assert!(body.contains("/jobs/web-oom"), "{body}");
+    let (status, _) = served.get("/jobs/web-oom");
+    assert_eq!(status, 200);
+    let (status, t) = served.get_json("/api/jobs/web-oom/timeline?group=host");
+    assert_eq!(status, 200);
+    assert_eq!(t["grouped_by_host"], true, "{t}");
+    assert!(t["lanes"].as_array().is_some_and(|l| !l.is_empty()), "{t}");
+
+    // Snapshots: an unknown sha is a 404, a malformed one a 400.
+    let (status, _) = served.get(&format!("/jobs/web-oom/snapshots/{}", "0".repeat(64)));
+    assert_eq!(status, 404);
+    let (status, _) = served.get("/jobs/web-oom/snapshots/not-a-sha");
+    assert_eq!(status, 400);
+}
