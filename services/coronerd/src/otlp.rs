@@ -116,11 +116,13 @@ pub fn map_request(req: &ExportLogsServiceRequest, now_ns: i64) -> (Vec<Mapped>,
     (out, rejected, why)
 }
 
+/// The next sequence number per (job, rank, stream).
+type NextSeq = HashMap<(JobId, Option<u32>, Stream), u64>;
+
 pub struct OtlpLogs {
     jobs: Arc<Jobs>,
-    /// The next sequence number per (job, rank, stream); held across a commit, so exports are
-    /// numbered and committed in one order.
-    next_seq: tokio::sync::Mutex<HashMap<(JobId, Option<u32>, Stream), u64>>,
+    /// Held across a commit, so exports are numbered and committed in one order.
+    next_seq: tokio::sync::Mutex<NextSeq>,
 }
 
 impl OtlpLogs {
@@ -184,7 +186,7 @@ impl LogsService for OtlpLogs {
         metrics.otlp_rejected.fetch_add(rejected.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
         self.ingest(records, now).await?;
         let partial_success =
-            (rejected > 0).then(|| ExportLogsPartialSuccess { rejected_log_records: rejected, error_message: why });
+            (rejected > 0).then_some(ExportLogsPartialSuccess { rejected_log_records: rejected, error_message: why });
         Ok(Response::new(ExportLogsServiceResponse { partial_success }))
     }
 }

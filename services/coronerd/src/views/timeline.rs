@@ -249,6 +249,38 @@ pub fn rank_ranges(ranks: &[u32]) -> String {
 mod tests {
     use super::*;
 
+    /// 2048 ranks on 256 hosts: lanes are hosts, each bounded, the culprit's host marked.
+    #[test]
+    fn thousands_of_ranks_are_grouped_per_host_and_bounded() {
+        use coroner_model::{LogLine, ProcessEnd, Stream};
+        let mut p = coroner_pipeline::JobPipeline::new("big");
+        p.set_world_size(2048);
+        let t0 = 1_700_000_000_000_000_000i64;
+        for r in 0..2048u32 {
+            p.set_host(Rank(r), &format!("node{:03}", r / 8));
+            for step in 0..20u64 {
+                let text = format!("[rank{r}] step {step} loss 1.0");
+                p.push_line(LogLine { rank: Some(Rank(r)), stream: Stream::Stdout, seq: step, capture_ns: t0 + step as i64 * 1_000_000_000, bytes: text.into_bytes() });
+            }
+            if r == 77 {
+                let text = "RuntimeError: CUDA error: an illegal memory access was encountered";
+                p.push_line(LogLine { rank: Some(Rank(r)), stream: Stream::Stderr, seq: 0, capture_ns: t0 + 20_500_000_000, bytes: text.as_bytes().to_vec() });
+            }
+            p.add_end(ProcessEnd { rank: Rank(r), exit_code: Some(if r == 77 { 1 } else { 0 }), signal: None, at_ns: Some(t0 + 21_000_000_000) });
+        }
+        p.set_finished(true);
+        let rules = RuleSet::builtin();
+        let report = p.report(&rules);
+        let t = build(&p.evidence(), &report, &rules, TimelineOptions { max_events_per_lane: 50, ..Default::default() });
+        assert!(t.grouped_by_host);
+        assert_eq!(t.lanes.len(), 256);
+        assert!(t.lanes.iter().all(|l| l.events.len() <= 50 && l.ranks.len() == 8));
+        assert_eq!(t.lanes[9].label, "node009 (ranks 72-79)");
+        assert_eq!(t.culprit_rank, Some(77), "{:?}", report.first_failure);
+        assert_eq!(t.lanes[9].role, "culprit");
+        assert!(t.lanes[9].events.iter().any(|e| e.role == "root" && e.rank == Some(77)));
+    }
+
     #[test]
     fn rank_ranges_compress() {
         assert_eq!(rank_ranges(&[3, 0, 1, 2, 7, 9, 10]), "0-3,7,9-10");
