@@ -12,7 +12,11 @@ pub async fn connect(server: &str) -> anyhow::Result<QueryClient<Channel>> {
 }
 
 pub fn status_message(s: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{}", s.message())
+    if s.message().is_empty() {
+        anyhow::anyhow!("coronerd answered {:?}", s.code())
+    } else {
+        anyhow::anyhow!("{}", s.message())
+    }
 }
 
 pub async fn report(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCode> {
