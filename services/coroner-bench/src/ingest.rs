@@ -165,6 +165,7 @@ async fn agent(
                     batch_id: i as u64,
                     lines,
                     clock: Vec::new(),
+                    spool_backlog: 0,
                 })
                 .await
                 .map_err(|_| anyhow::anyhow!("the stream closed"))?;
