@@ -44,14 +44,14 @@ for mode in $MODES; do
       for r in 0 1; do
         env "${extra[@]}" FAULT=$fault FAULT_RANK=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
           MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-          timeout -s TERM 150 "$BIN/coroner-agent" run --job "$job" --quiet -- python3 tests/gpu/train.py \
+          timeout -s TERM ${JOB_TIMEOUT:-150} "$BIN/coroner-agent" run --job "$job" --quiet -- python3 tests/gpu/train.py \
           >"$OUT/$job.rank$r.log" 2>&1 &
         pids+=($!)
       done
       for p in "${pids[@]}"; do wait "$p"; done
     else
       env "${extra[@]}" FAULT=$fault FAULT_RANK=1 \
-        timeout -s TERM 150 "$BIN/coroner-agent" run --job "$job" --quiet -- \
+        timeout -s TERM ${JOB_TIMEOUT:-150} "$BIN/coroner-agent" run --job "$job" --quiet -- \
         torchrun --nproc-per-node 2 --master-port $port --tee 3 tests/gpu/train.py >"$OUT/$job.log" 2>&1
     fi
     end=$(date +%s.%N)

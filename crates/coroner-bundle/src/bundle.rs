@@ -112,6 +112,11 @@ struct Exits {
 }
 
 #[derive(Deserialize)]
+struct LauncherExit {
+    returncode: Option<i32>,
+}
+
+#[derive(Deserialize)]
 struct ExitRecord {
     exit_code: Option<i32>,
     signal: Option<i32>,
@@ -173,6 +178,12 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
         }
     }
     let mut launcher_lines = false;
+    if let Some(bytes) = optional(dir, "launcher.exit.json", summary) {
+        match serde_json::from_slice::<LauncherExit>(&bytes) {
+            Ok(e) => sink.launcher_end(e.returncode),
+            Err(e) => summary.warnings.push(format!("launcher.exit.json is not valid ({e}); ignored")),
+        }
+    }
     if let Some(bytes) = optional(dir, "launcher.lines.jsonl", summary) {
         let lines = parse_jsonl(&bytes, None, &mut summary.warnings, "launcher.lines.jsonl");
         launcher_lines = !lines.is_empty();

@@ -26,6 +26,8 @@ pub trait Sink {
     /// like an import to a server that reads it there, can ignore it).
     fn fr_progress(&mut self, _rank: coroner_model::Rank, _rows: snapshots::FrRows) {}
     fn note(&mut self, note: String);
+    /// A per-node launcher's own exit status (`launcher.exit.json`).
+    fn launcher_end(&mut self, _exit_code: Option<i32>) {}
     fn finished(&mut self);
 }
 
@@ -47,6 +49,9 @@ impl Sink for JobPipeline {
     }
     fn note(&mut self, note: String) {
         self.add_note(note);
+    }
+    fn launcher_end(&mut self, exit_code: Option<i32>) {
+        self.add_launcher_end(exit_code, None);
     }
     fn finished(&mut self) {
         self.set_finished(true);

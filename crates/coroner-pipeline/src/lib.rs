@@ -23,6 +23,8 @@ pub struct JobPipeline {
     demux: Demux,
     /// Ends reported first-hand (by an agent or an exits file) win over a launcher's table.
     first_hand_ends: BTreeMap<Rank, ProcessEnd>,
+    /// A per-node launcher (torchrun) exited 0: it does so only when every worker did.
+    launcher_succeeded: bool,
 }
 
 impl JobPipeline {
@@ -32,6 +34,7 @@ impl JobPipeline {
             parsers: BTreeMap::new(),
             demux: Demux::default(),
             first_hand_ends: BTreeMap::new(),
+            launcher_succeeded: false,
         }
     }
 
@@ -71,6 +74,12 @@ impl JobPipeline {
         let mut out = Vec::new();
         parser.push(&line, &mut out);
         self.file_events(line.rank, out);
+    }
+
+    /// A launcher's own end. torchrun exits 0 only when all its workers did, so a clean launcher
+    /// exit is a clean end for every worker that has none of its own.
+    pub fn add_launcher_end(&mut self, exit_code: Option<i32>, signal: Option<i32>) {
+        self.launcher_succeeded = exit_code == Some(0) && signal.is_none();
     }
 
     pub fn add_end(&mut self, end: ProcessEnd) {
@@ -156,6 +165,12 @@ impl JobPipeline {
                 }
             }
         }
+        if self.launcher_succeeded {
+            let known = evidence.ranks.keys().copied().chain((0..evidence.world_size.unwrap_or(0)).map(Rank));
+            for rank in known.collect::<Vec<_>>() {
+                ends.entry(rank).or_insert(ProcessEnd { rank, exit_code: Some(0), signal: None, at_ns: None });
+            }
+        }
         ends.into_values().collect()
     }
 }
@@ -221,5 +236,27 @@ mod tests {
         let mut p = JobPipeline::new("j");
         p.set_world_size(2);
         assert!(!p.evidence().notes.iter().any(|n| n.contains("flight recorder")));
+    }
+}
+
+#[cfg(test)]
+mod launcher_end_tests {
+    use super::*;
+
+    fn line(text: &str, seq: u64) -> LogLine {
+        LogLine { rank: None, stream: Stream::Stdout, seq, capture_ns: 1_000 + seq as i64, bytes: text.as_bytes().to_vec() }
+    }
+
+    #[test]
+    fn a_clean_launcher_exit_is_a_clean_end_for_its_workers() {
+        let mut p = JobPipeline::new("j");
+        p.push_line(line("[default0]:2026-11-30 09:03:40,553 INFO [rank0] train: step 0 loss 1.3", 0));
+        p.push_line(line("[default1]:2026-11-30 09:03:40,553 INFO [rank1] train: step 0 loss 1.3", 1));
+        p.set_finished(true);
+        assert_eq!(p.report(&RuleSet::builtin()).verdict, coroner_model::Verdict::Unknown);
+        p.add_launcher_end(Some(0), None);
+        assert_eq!(p.report(&RuleSet::builtin()).verdict, coroner_model::Verdict::Succeeded);
+        p.add_launcher_end(Some(1), None);
+        assert_ne!(p.report(&RuleSet::builtin()).verdict, coroner_model::Verdict::Succeeded);
     }
 }

@@ -158,11 +158,11 @@ impl Ingest for IngestService {
         self.metrics.dropped_lines_reported.fetch_add(r.dropped_lines, Relaxed);
         let Some(rank) = r.rank.map(Rank).or(session.rank) else {
             // A launcher agent's own end: the workers' ends come from their own reports or the launcher's table.
-            session.job.update(|p| p.add_note(format!(
-                "the launcher on {} ended ({})",
-                session.host,
-                describe(r.exit_code, r.signal)
-            )));
+            session.job.update(|p| {
+                p.add_note(format!("the launcher on {} ended ({})", session.host, describe(r.exit_code, r.signal)));
+                p.add_launcher_end(r.exit_code, r.signal);
+                p.set_finished(true);
+            });
             return Ok(Response::new(v1::ExitAck {}));
         };
         if let Some(w) = session.world_size {
