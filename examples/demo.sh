@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --release --bins --quiet
-bin=target/release
+bin=${CARGO_TARGET_DIR:-target}/release
 data=$(mktemp -d -t coroner-demo.XXXXXX)
 grpc=127.0.0.1:${CORONER_DEMO_GRPC_PORT:-17070}
 http=127.0.0.1:${CORONER_DEMO_HTTP_PORT:-17071}
