@@ -1,71 +1,27 @@
 //! The real coronerd on free ports, real coroner-agents around a real multi-rank CPU job
 //! (examples/ring_job.py) in which one rank fails, and the report read back over gRPC.
 
+use crate::served::{free_port, Served as Server};
 use coroner_tests::{binary, data_dir};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+fn report(server: &Server, job: &str) -> serde_json::Value {
+    let out = server.coroner(&["report", job, "--json"]);
+    assert!(out.status.success(), "coroner report: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("report JSON")
 }
 
-/// A coronerd process, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-    _data: tempfile::TempDir,
-}
-
-impl Server {
-    fn start() -> Server {
-        let data = tempfile::tempdir().expect("tempdir");
-        let (grpc, http) = (free_port(), free_port());
-        let child = Command::new(binary("coronerd"))
-            .arg("--data-dir")
-            .arg(data.path())
-            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start coronerd");
-        let url = format!("http://127.0.0.1:{grpc}");
-        let server = Server { child, url, _data: data };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while server.coroner(&["jobs"]).status.code() != Some(0) {
-            assert!(Instant::now() < deadline, "coronerd did not come up");
-            std::thread::sleep(Duration::from_millis(100));
+/// Waits until the report's verdict is no longer `running`.
+fn settled_report(server: &Server, job: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = report(server, job);
+        if r["verdict"] != "running" || Instant::now() > deadline {
+            return r;
         }
-        server
-    }
-
-    fn coroner(&self, args: &[&str]) -> Output {
-        Command::new(binary("coroner")).arg("--server").arg(&self.url).args(args).output().expect("run coroner")
-    }
-
-    fn report(&self, job: &str) -> serde_json::Value {
-        let out = self.coroner(&["report", job, "--json"]);
-        assert!(out.status.success(), "coroner report: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("report JSON")
-    }
-
-    /// Waits until the report's verdict is no longer `running` (the server debounces reports).
-    fn settled_report(&self, job: &str) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let r = self.report(job);
-            if r["verdict"] != "running" || Instant::now() > deadline {
-                return r;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -84,7 +40,7 @@ fn start_job(server: &Server, job: &str, world: u32, fault: &str, fault_rank: u3
     let children = (0..world)
         .map(|rank| {
             Command::new(binary("coroner-agent"))
-                .args(["run", "--job", job, "--server", &server.url, "--flush-timeout", "10"])
+                .args(["run", "--job", job, "--server", &server.grpc_url, "--flush-timeout", "10"])
                 .arg("--spool-dir")
                 .arg(spool)
                 .args(["--", "python3"])
@@ -114,7 +70,7 @@ fn agents_around_a_failing_cpu_job_name_the_rank_that_died() {
     let codes = run_job(&server, "e2e-kill", 3, "kill", 1, spool.path());
     assert_eq!(codes[1], Some(137), "the agent exits as the shell would for SIGKILL: {codes:?}");
     assert!(codes.iter().all(|c| *c != Some(0)), "every rank fails after rank 1 dies: {codes:?}");
-    let report = server.settled_report("e2e-kill");
+    let report = settled_report(&server, "e2e-kill");
     assert_eq!(report["verdict"], "failed", "{report:#}");
     assert_eq!(report["first_failure"]["rank"], 1, "{report:#}");
     assert_eq!(report["first_failure"]["class"], "killed", "{report:#}");
@@ -137,7 +93,7 @@ fn agents_around_a_hung_rank_name_the_silent_one() {
     // hung rank's agent, which forwards it to the child.
     let _ = Command::new("kill").args(["-TERM", &hung.id().to_string()]).status();
     assert_eq!(hung.wait().expect("agent exit").code(), Some(128 + 15));
-    let report = server.settled_report("e2e-hang");
+    let report = settled_report(&server, "e2e-hang");
     assert_eq!(report["first_failure"]["rank"], 2, "{report:#}");
     assert_eq!(report["first_failure"]["class"], "hang", "{report:#}");
 }
@@ -149,7 +105,7 @@ fn an_imported_bundle_gets_the_same_diagnosis_as_offline_analysis() {
         let bundle = data_dir().join("corpus").join(name);
         let out = server.coroner(&["import", bundle.to_str().expect("utf-8 path"), "--job", name]);
         assert!(out.status.success(), "import {name}: {}", String::from_utf8_lossy(&out.stderr));
-        let online = server.settled_report(name);
+        let online = settled_report(&server, name);
         let offline_out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(&bundle).output().expect("analyze");
         let offline: serde_json::Value = serde_json::from_slice(&offline_out.stdout).expect("json");
         for field in ["rank", "class", "time"] {
@@ -160,7 +116,7 @@ fn an_imported_bundle_gets_the_same_diagnosis_as_offline_analysis() {
         let again = server.coroner(&["import", bundle.to_str().expect("utf-8 path"), "--job", name]);
         assert!(again.status.success());
         let lines_before = online["ranks"].as_array().map(|r| r.iter().map(|x| x["lines"].as_u64().unwrap_or(0)).sum::<u64>());
-        let after = server.settled_report(name);
+        let after = settled_report(&server, name);
         let lines_after = after["ranks"].as_array().map(|r| r.iter().map(|x| x["lines"].as_u64().unwrap_or(0)).sum::<u64>());
         assert_eq!(lines_before, lines_after, "{name}: a second import added lines");
     }

@@ -1,5 +1,5 @@
 //! A real coronerd on free ports for the query, web, metrics and OTLP tests, with plain HTTP
-//! and gRPC helpers. (end_to_end.rs has its own, older helper.)
+//! and gRPC helpers.
 
 use coroner_tests::{binary, data_dir};
 use std::io::{Read, Write};

@@ -32,19 +32,11 @@ impl Classified<'_> {
             _ => false,
         }
     }
-    /// A symptom that means "a peer went away" (it died).
-    pub fn is_disconnect(&self) -> bool {
-        matches!(
-            self.event.kind,
-            EventKind::ConnectionClosed { .. } | EventKind::StoreError { .. }
-        ) || self.rule.is_some_and(|r| matches!(r.id.as_str(), "peer-connection-closed" | "store-lost" | "python-peer-closed"))
-    }
 }
 
 /// All events of a job, per rank, classified.
 pub struct ClassifiedJob<'a> {
     pub ranks: BTreeMap<Rank, Vec<Classified<'a>>>,
-    pub unowned: Vec<Classified<'a>>,
 }
 
 pub fn classify<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &ClockModel) -> ClassifiedJob<'a> {
@@ -64,8 +56,7 @@ pub fn classify<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &Clock
         .iter()
         .map(|(r, ev)| (*r, ev.events.iter().map(|e| one(Some(*r), e)).collect()))
         .collect();
-    let unowned = evidence.unowned.iter().map(|e| one(None, e)).collect();
-    ClassifiedJob { ranks, unowned }
+    ClassifiedJob { ranks }
 }
 
 impl<'a> ClassifiedJob<'a> {
