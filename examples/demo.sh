@@ -17,6 +17,11 @@ export CORONER_SERVER=http://$grpc
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 100); do "$bin/coroner" jobs >/dev/null 2>&1 && break; sleep 0.1; done
+if ! kill -0 "$server" 2>/dev/null; then
+  echo "coronerd did not start:" >&2; cat "$data/coronerd.log" >&2
+  echo "(another coronerd on $grpc? set CORONER_DEMO_GRPC_PORT and CORONER_DEMO_HTTP_PORT)" >&2
+  exit 1
+fi
 
 echo "== running a 4-rank job ($job); rank 2 will produce a NaN loss at step 3" >&2
 pids=()
