@@ -85,7 +85,7 @@ pub fn run(lines: u64, queries: usize) -> Result<SearchFigures> {
         } else {
             PHRASES[i / 2 % PHRASES.len()]
         };
-        let rank = (i as u32 * 2_654_435_761) % ranks;
+        let rank = (i as u32).wrapping_mul(2_654_435_761) % ranks;
         let (lo, hi) = (
             span.0 + width * (i % 7) as i64 / 10,
             span.0 + width * ((i % 7) as i64 + 4) / 10,
