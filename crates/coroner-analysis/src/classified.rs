@@ -44,7 +44,7 @@ pub fn classify<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &Clock
     // the rules run once per such kind rather than once per event (most events are steps).
     let mut by_kind: HashMap<&'static str, Verdict<'a>> = HashMap::new();
     let mut one = |rank: Option<Rank>, e: &'a Event| {
-        let v = if e.kind.message().is_empty() {
+        let v = if !e.kind.has_message() {
             *by_kind.entry(e.kind.name()).or_insert_with(|| rules.classify(e))
         } else {
             rules.classify(e)

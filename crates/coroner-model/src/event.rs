@@ -183,6 +183,23 @@ impl EventKind {
         }
     }
 
+    /// Whether the kind carries a message, without building it: kinds that do not are classified
+    /// by kind alone, once per kind rather than once per event.
+    pub fn has_message(&self) -> bool {
+        matches!(
+            self,
+            EventKind::Exception { .. }
+                | EventKind::ErrorLine { .. }
+                | EventKind::NcclError { .. }
+                | EventKind::NcclWarn { .. }
+                | EventKind::StoreError { .. }
+                | EventKind::SchedulerEnd { .. }
+                | EventKind::Warning { .. }
+                | EventKind::Xid { .. }
+                | EventKind::FatalSignal { .. }
+        )
+    }
+
     /// The text the rules' `message` patterns are matched against.
     pub fn message(&self) -> String {
         match self {
