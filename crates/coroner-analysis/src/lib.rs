@@ -10,6 +10,7 @@ mod classified;
 pub mod clock;
 mod diagnose;
 pub mod evidence;
+pub mod live;
 mod findings;
 mod hang;
 mod mismatch;

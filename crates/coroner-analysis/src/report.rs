@@ -65,6 +65,7 @@ pub fn build(
         advice,
         snapshots: evidence.snapshots.clone(),
         notes,
+        live_findings: Vec::new(),
     }
 }
 

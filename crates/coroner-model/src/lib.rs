@@ -9,6 +9,7 @@ mod clock;
 mod event;
 mod ids;
 mod line;
+mod live;
 mod process;
 mod report;
 mod time;
@@ -20,6 +21,7 @@ pub use event::{
 };
 pub use ids::{HostId, JobId, PgId, Rank, SeqNo};
 pub use line::{LogLine, Stream};
+pub use live::SuspectedHang;
 pub use process::{ProcessEnd, ProcessEndCause};
 pub use report::{
     CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, RankSummary, Report,

@@ -23,6 +23,9 @@ pub struct Report {
     pub snapshots: Vec<SnapshotSummary>,
     /// Things the analysis noticed about its own input (missing ranks, unparsable files).
     pub notes: Vec<String>,
+    /// While the job runs: ranks the live monitor suspects of hanging (attached by the server).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live_findings: Vec<crate::SuspectedHang>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

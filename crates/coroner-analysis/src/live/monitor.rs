@@ -1,0 +1,446 @@
+//! The live monitor's state and its evaluation. See the module documentation for the method.
+
+use super::shape::{shape, ShapeLearner};
+use coroner_model::{format_rfc3339_ns, Nanos, Rank, SuspectedHang};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+const NS_PER_MS: i64 = 1_000_000;
+/// Lines remembered per rank (for the evidence and for what a rank printed after its last step).
+const RECENT: usize = 16;
+/// Progress lines remembered per rank (for the median step time).
+const PROGRESS: usize = 64;
+/// Learned pause lengths kept per job.
+const MAX_PAUSES: usize = 4096;
+/// CPU use, in cores, from which a silent process counts as busy.
+const BUSY_CORES: f64 = 0.5;
+/// GPU utilisation (percent) under which a GPU is idle, and from which it is busy.
+const GPU_IDLE: u32 = 10;
+const GPU_BUSY: u32 = 50;
+
+/// When to suspect a hang.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveConfig {
+    /// A rank is suspected after this many median step times of silence...
+    pub step_multiple: f64,
+    /// ...and never before this much silence.
+    pub floor_ns: Nanos,
+    /// Leading step intervals left out of the median (compilation, warm-up).
+    pub skip_first_steps: usize,
+    /// The threshold is multiplied by this while the silent process is busy on the CPU.
+    pub busy_factor: f64,
+    /// Lines of evidence per finding.
+    pub last_lines: usize,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        LiveConfig { step_multiple: 10.0, floor_ns: 5_000_000_000, skip_first_steps: 1, busy_factor: 6.0, last_lines: 5 }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Line {
+    idx: u64,
+    at: Nanos,
+    template: String,
+    text: String,
+}
+
+/// One progress shape of one rank: which field counts, and its recent occurrences.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    field: usize,
+    total: u64,
+    /// (line index, capture time, step)
+    seen: VecDeque<(u64, Nanos, u64)>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RankLive {
+    host: Option<String>,
+    learner: ShapeLearner,
+    /// The shapes with a counter on this rank, by template.
+    progress: HashMap<String, Progress>,
+    /// Per template: the last few occurrences, so a template found to be progress late still has
+    /// its first intervals.
+    pending: HashMap<String, VecDeque<(u64, Nanos, Vec<u64>)>>,
+    recent: VecDeque<Line>,
+    lines: u64,
+    ended: bool,
+    cpu: VecDeque<(Nanos, u64)>,
+    gpu_util: Option<u32>,
+}
+
+/// The live state of one job. Feed it; ask it.
+#[derive(Debug, Clone, Default)]
+pub struct LiveMonitor {
+    config: LiveConfig,
+    ranks: BTreeMap<Rank, RankLive>,
+    /// Per line shape: the longest pause seen after it on any rank (past each rank's first step).
+    pauses: HashMap<String, Nanos>,
+}
+
+/// What the evaluation needs of one rank that prints progress.
+#[derive(Debug, Clone)]
+struct View<'a> {
+    rank: Rank,
+    live: &'a RankLive,
+    step: u64,
+    progress_at: Nanos,
+    last_at: Nanos,
+    median: Option<Nanos>,
+    /// Shapes of the lines printed after the last progress line; None when more than remembered.
+    extras: Option<Vec<&'a str>>,
+}
+
+impl LiveMonitor {
+    pub fn new(config: LiveConfig) -> Self {
+        LiveMonitor { config, ..Default::default() }
+    }
+
+    pub fn config(&self) -> &LiveConfig {
+        &self.config
+    }
+
+    pub fn set_host(&mut self, rank: Rank, host: &str) {
+        if !host.is_empty() {
+            self.ranks.entry(rank).or_default().host = Some(host.to_string());
+        }
+    }
+
+    /// One line of one rank, with its capture time. Lines must come in capture order per rank.
+    pub fn push_line(&mut self, rank: Rank, at: Nanos, text: &str) {
+        let r = self.ranks.entry(rank).or_default();
+        let idx = r.lines;
+        r.lines += 1;
+        let Some(s) = shape(text) else {
+            push_recent(r, Line { idx, at, template: String::new(), text: clip(text) });
+            return;
+        };
+        // The pause after the previous line, learned once the rank is past its first step.
+        if let Some(prev) = r.recent.back() {
+            let past_first_step = !r.progress.is_empty();
+            if past_first_step && !prev.template.is_empty() && !r.progress.contains_key(&prev.template) {
+                let gap = at - prev.at;
+                if self.pauses.len() < MAX_PAUSES || self.pauses.contains_key(&prev.template) {
+                    let e = self.pauses.entry(prev.template.clone()).or_insert(0);
+                    *e = (*e).max(gap);
+                }
+            }
+        }
+        let counters = r.learner.add(&s);
+        if let Some(p) = r.progress.get_mut(&s.template) {
+            if let Some(&step) = s.numbers.get(p.field) {
+                p.total += 1;
+                p.seen.push_back((idx, at, step));
+                if p.seen.len() > PROGRESS {
+                    p.seen.pop_front();
+                }
+            }
+        } else if !s.numbers.is_empty() {
+            let q = r.pending.entry(s.template.clone()).or_default();
+            q.push_back((idx, at, s.numbers.clone()));
+            if q.len() > 3 {
+                q.pop_front();
+            }
+            if let Some(&field) = counters.first() {
+                let seen: VecDeque<_> = q.iter().filter_map(|(i, t, n)| Some((*i, *t, *n.get(field)?))).collect();
+                r.progress.insert(s.template.clone(), Progress { field, total: seen.len() as u64, seen });
+                r.pending.remove(&s.template);
+            } else if r.pending.len() > 512 {
+                r.pending.clear();
+            }
+        }
+        push_recent(r, Line { idx, at, template: s.template, text: clip(text) });
+    }
+
+    /// The rank's process ended (or its agent said so): it is no longer a suspect or a peer.
+    pub fn push_end(&mut self, rank: Rank) {
+        self.ranks.entry(rank).or_default().ended = true;
+    }
+
+    /// A liveness sample from the rank's agent: the process's CPU time, and its GPU's utilisation
+    /// when the agent samples it.
+    pub fn push_liveness(&mut self, rank: Rank, at: Nanos, cpu_ns: Option<u64>, gpu_util: Option<u32>) {
+        let r = self.ranks.entry(rank).or_default();
+        if let Some(c) = cpu_ns {
+            r.cpu.push_back((at, c));
+            if r.cpu.len() > 2 {
+                r.cpu.pop_front();
+            }
+        }
+        if gpu_util.is_some() {
+            r.gpu_util = gpu_util;
+        }
+    }
+
+    /// The job's progress template and its counter field: of the shapes with a counter on at
+    /// least half as many ranks as the most widespread one, the one printed most recently (a burst
+    /// of numbered lines at start-up, such as NCCL's channel list, stops; progress goes on).
+    pub fn job_template(&self) -> Option<(&str, usize)> {
+        let mut votes: BTreeMap<(&str, usize), (usize, Nanos)> = BTreeMap::new();
+        for r in self.ranks.values() {
+            for (t, p) in &r.progress {
+                let last = p.seen.back().map_or(Nanos::MIN, |s| s.1);
+                let e = votes.entry((t.as_str(), p.field)).or_insert((0, Nanos::MIN));
+                e.0 += 1;
+                e.1 = e.1.max(last);
+            }
+        }
+        let most = votes.values().map(|v| v.0).max()?;
+        votes
+            .into_iter()
+            .filter(|(_, (n, _))| n * 2 >= most)
+            .max_by(|a, b| (a.1 .1, a.1 .0).cmp(&(b.1 .1, b.1 .0)).then(b.0.cmp(&a.0)))
+            .map(|(k, _)| k)
+    }
+
+    /// The ranks suspected of hanging at `now` (same clock as the lines' capture times).
+    pub fn evaluate(&self, now: Nanos) -> Vec<SuspectedHang> {
+        let Some((template, _)) = self.job_template() else { return Vec::new() };
+        let views: Vec<View<'_>> = self
+            .ranks
+            .iter()
+            .filter(|(_, r)| !r.ended)
+            .filter_map(|(rank, r)| self.view(*rank, r, template))
+            .filter(|v| v.median.is_some())
+            .collect();
+        let mut out = Vec::new();
+        for v in &views {
+            let silent = now - v.last_at;
+            let threshold = self.threshold(v);
+            if silent <= threshold {
+                continue;
+            }
+            let peers: Vec<&View<'_>> = views.iter().filter(|p| p.rank != v.rank).collect();
+            if peers.is_empty() {
+                continue;
+            }
+            if let Some(found) = self.behind(v, &peers, now, silent, threshold) {
+                out.push(found);
+            } else if let Some(found) = self.stalled_apart(v, &views, &peers, now, silent, threshold) {
+                out.push(found);
+            }
+        }
+        out
+    }
+
+    fn view<'a>(&self, rank: Rank, r: &'a RankLive, template: &str) -> Option<View<'a>> {
+        let p = r.progress.get(template)?;
+        let &(idx, progress_at, step) = p.seen.back()?;
+        let times: Vec<Nanos> = p.seen.iter().map(|(_, t, _)| *t).collect();
+        let mut intervals: Vec<Nanos> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        let dropped = p.total - p.seen.len() as u64;
+        let skip = (self.config.skip_first_steps as u64).saturating_sub(dropped) as usize;
+        intervals.drain(..skip.min(intervals.len()));
+        intervals.sort_unstable();
+        let median = (!intervals.is_empty()).then(|| intervals[intervals.len() / 2]);
+        let after: Vec<&Line> = r.recent.iter().filter(|l| l.idx > idx).collect();
+        let remembered_all = r.recent.front().is_some_and(|l| l.idx <= idx + 1);
+        let extras = remembered_all.then(|| after.iter().map(|l| l.template.as_str()).collect());
+        let last_at = r.recent.back().map_or(progress_at, |l| l.at);
+        Some(View { rank, live: r, step, progress_at, last_at, median, extras })
+    }
+
+    /// max(multiple x median step, floor).
+    fn base_threshold(&self, v: &View<'_>) -> Nanos {
+        let by_step = v.median.map_or(0.0, |m| m as f64 * self.config.step_multiple) as Nanos;
+        by_step.max(self.config.floor_ns)
+    }
+
+    /// The base threshold, stretched after a line known to precede long pauses and while busy.
+    fn threshold(&self, v: &View<'_>) -> Nanos {
+        let mut t = self.base_threshold(v);
+        if let Some(last) = v.live.recent.back() {
+            if let Some(pause) = self.pauses.get(&last.template) {
+                t = t.max(pause.saturating_mul(2));
+            }
+        }
+        if busy(v.live) {
+            t = (t as f64 * self.config.busy_factor) as Nanos;
+        }
+        t
+    }
+
+    /// Most other ranks printed a later step than this silent one.
+    fn behind(&self, v: &View<'_>, peers: &[&View<'_>], now: Nanos, silent: Nanos, threshold: Nanos) -> Option<SuspectedHang> {
+        let ahead: Vec<u64> = peers.iter().filter(|p| p.step > v.step).map(|p| p.step).collect();
+        if ahead.len() * 2 <= peers.len() {
+            return None;
+        }
+        let peers_step = median_u64(peers.iter().map(|p| p.step).collect());
+        let summary = format!(
+            "rank {} has printed nothing for {} (its usual step takes {}) while {} of {} other ranks printed a later step (most reached step {}); it is at step {}",
+            v.rank,
+            secs(silent),
+            v.median.map_or("?".into(), secs),
+            ahead.len(),
+            peers.len(),
+            peers_step,
+            v.step
+        );
+        Some(self.finding(v, "behind", summary, Some(peers_step), now, silent, threshold))
+    }
+
+    /// Most ranks have stopped progressing; this one stopped somewhere the majority did not, or
+    /// its GPU idles while theirs spin.
+    fn stalled_apart<'a>(
+        &self,
+        v: &View<'a>,
+        all: &[View<'a>],
+        peers: &[&View<'a>],
+        now: Nanos,
+        silent: Nanos,
+        threshold: Nanos,
+    ) -> Option<SuspectedHang> {
+        let stalled = peers.iter().filter(|p| now - p.progress_at >= self.base_threshold(p)).count();
+        if stalled * 2 <= peers.len() {
+            return None;
+        }
+        let mut counts: Vec<(Phase<'a>, usize)> = Vec::new();
+        for x in all {
+            let ph = phase(x);
+            match counts.iter_mut().find(|(p, _)| *p == ph) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((ph, 1)),
+            }
+        }
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let mine = phase(v);
+        let majority = counts.first().filter(|(_, n)| n * 2 > all.len()).map(|(p, _)| p.clone());
+        let diverged = match &majority {
+            Some(m) => mine != *m && v.step <= m.0,
+            None => {
+                // No majority (two ranks, or an even split): at one common step, the ranks that
+                // printed more than what all of them printed after it are the odd ones.
+                let all_same_step = all.iter().all(|x| x.step == v.step);
+                let lists: Option<Vec<Vec<&str>>> = all.iter().map(|x| x.extras.clone()).collect();
+                match (all_same_step, lists) {
+                    (true, Some(lists)) => {
+                        let common = common_prefix(&lists);
+                        let odd = lists.iter().filter(|l| l.len() > common).count();
+                        v.extras.as_ref().is_some_and(|e| e.len() > common) && odd * 2 <= all.len()
+                    }
+                    _ => false,
+                }
+            }
+        };
+        let peers_step = majority.as_ref().map_or_else(|| median_u64(peers.iter().map(|p| p.step).collect()), |m| m.0);
+        if diverged {
+            let last = v.live.recent.back().map(|l| l.text.as_str()).unwrap_or("");
+            let summary = if majority.as_ref().is_some_and(|m| v.step < m.0) {
+                format!(
+                    "rank {} has printed nothing for {} (its usual step takes {}); the others are stalled too, but at step {}, and it is still at step {}",
+                    v.rank,
+                    secs(silent),
+                    v.median.map_or("?".into(), secs),
+                    peers_step,
+                    v.step
+                )
+            } else {
+                format!(
+                    "rank {} has printed nothing for {} (its usual step takes {}); every rank has stopped, the others where they usually wait for a collective, while this one went quiet after `{}`",
+                    v.rank,
+                    secs(silent),
+                    v.median.map_or("?".into(), secs),
+                    last
+                )
+            };
+            return Some(self.finding(v, "diverged", summary, Some(peers_step), now, silent, threshold));
+        }
+        // Everyone stopped at the same place: the GPU tells the waiting ranks from the stuck one.
+        let same_place = majority.as_ref().is_some_and(|m| *m == mine) && counts.len() == 1;
+        let idle = v.live.gpu_util.is_some_and(|u| u < GPU_IDLE);
+        let spinning = peers.iter().filter(|p| p.live.gpu_util.is_some_and(|u| u >= GPU_BUSY)).count();
+        if same_place && idle && spinning * 2 > peers.len() {
+            let summary = format!(
+                "rank {} has printed nothing for {} and its GPU is idle, while {} of {} other ranks, stopped at the same step, keep their GPUs busy (waiting in a collective)",
+                v.rank,
+                secs(silent),
+                spinning,
+                peers.len()
+            );
+            return Some(self.finding(v, "gpu_idle", summary, Some(peers_step), now, silent, threshold));
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finding(
+        &self,
+        v: &View<'_>,
+        why: &str,
+        summary: String,
+        peers_step: Option<u64>,
+        now: Nanos,
+        silent: Nanos,
+        threshold: Nanos,
+    ) -> SuspectedHang {
+        let n = self.config.last_lines;
+        let recent = &v.live.recent;
+        SuspectedHang {
+            rank: v.rank,
+            host: v.live.host.clone(),
+            why: why.to_string(),
+            summary,
+            last_step: Some(v.step),
+            peers_step,
+            steps_behind: peers_step.map_or(0, |p| p.saturating_sub(v.step)),
+            silent_ms: (silent / NS_PER_MS).max(0) as u64,
+            threshold_ms: (threshold / NS_PER_MS).max(0) as u64,
+            median_step_ms: v.median.map(|m| (m / NS_PER_MS).max(0) as u64),
+            last_line_time: Some(format_rfc3339_ns(v.last_at)),
+            last_lines: recent.iter().skip(recent.len().saturating_sub(n)).map(|l| l.text.clone()).collect(),
+            raised_at: format_rfc3339_ns(now),
+        }
+    }
+}
+
+/// Where a rank stopped: its last step, and the shapes of what it printed after it.
+type Phase<'a> = (u64, Option<Vec<&'a str>>);
+
+fn phase<'a>(x: &View<'a>) -> Phase<'a> {
+    (x.step, x.extras.clone())
+}
+
+fn push_recent(r: &mut RankLive, line: Line) {
+    r.recent.push_back(line);
+    if r.recent.len() > RECENT {
+        r.recent.pop_front();
+    }
+}
+
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(300) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
+fn busy(r: &RankLive) -> bool {
+    match (r.cpu.front(), r.cpu.back()) {
+        (Some(&(t0, c0)), Some(&(t1, c1))) if t1 > t0 => (c1.saturating_sub(c0)) as f64 / (t1 - t0) as f64 >= BUSY_CORES,
+        _ => false,
+    }
+}
+
+fn common_prefix(lists: &[Vec<&str>]) -> usize {
+    let Some(first) = lists.first() else { return 0 };
+    (0..first.len()).take_while(|&i| lists.iter().all(|l| l.get(i) == Some(&first[i]))).count()
+}
+
+fn median_u64(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+fn secs(ns: Nanos) -> String {
+    let s = ns as f64 / 1e9;
+    if s >= 10.0 {
+        format!("{s:.0} s")
+    } else if s >= 0.1 {
+        format!("{s:.1} s")
+    } else {
+        format!("{:.0} ms", s * 1e3)
+    }
+}
