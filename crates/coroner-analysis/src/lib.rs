@@ -13,10 +13,12 @@ pub mod evidence;
 pub mod live;
 mod findings;
 mod hang;
+pub mod history;
 mod mismatch;
 pub mod progress;
 mod report;
 pub mod rules;
+pub mod signature;
 pub mod text;
 
 pub use evidence::{JobEvidence, RankEvidence};

@@ -66,6 +66,7 @@ pub fn build(
         snapshots: evidence.snapshots.clone(),
         notes,
         live_findings: Vec::new(),
+        similar_incidents: None,
     }
 }
 

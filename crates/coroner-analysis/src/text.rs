@@ -34,6 +34,7 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         }
         (v, None) => writeln!(out, "{}: job {} - no failure found", v.as_str().to_uppercase(), r.job_id)?,
     }
+    crate::history::write_similar(out, r)?;
     if !r.cascade.is_empty() {
         writeln!(out, "\nCascade:")?;
         for c in &r.cascade {

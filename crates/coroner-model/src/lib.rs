@@ -8,6 +8,7 @@ mod class;
 mod clock;
 mod event;
 mod ids;
+mod incident;
 mod line;
 mod live;
 mod process;
@@ -20,6 +21,9 @@ pub use event::{
     CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef,
 };
 pub use ids::{HostId, JobId, PgId, Rank, SeqNo};
+pub use incident::{
+    FailureSignature, HostCount, JobHosts, PastIncident, RecordedFailure, SimilarIncidents, Suspect,
+};
 pub use line::{LogLine, Stream};
 pub use live::SuspectedHang;
 pub use process::{ProcessEnd, ProcessEndCause};

@@ -26,6 +26,10 @@ pub struct Report {
     /// While the job runs: ranks the live monitor suspects of hanging (attached by the server).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live_findings: Vec<crate::SuspectedHang>,
+    /// Earlier failed jobs with the same or a close signature (attached by whoever holds the
+    /// history: coronerd, or `coroner analyze --history`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub similar_incidents: Option<crate::SimilarIncidents>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

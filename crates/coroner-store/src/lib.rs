@@ -10,6 +10,7 @@
 
 mod backend;
 mod error;
+mod incidents;
 mod postgres;
 mod records;
 mod rows;
@@ -17,6 +18,7 @@ mod sql;
 mod sqlite;
 
 pub use error::StoreError;
+pub use incidents::{IncidentStore, SignatureFilter};
 pub use postgres::PostgresStore;
 pub use records::{JobFilter, JobRow, SessionRecord, SnapshotRecord};
 pub use sqlite::SqliteStore;
@@ -31,9 +33,10 @@ pub const VERDICT_RUNNING: &str = "running";
 /// Where coroner keeps what it knows about jobs, apart from their lines.
 ///
 /// Every operation that names a job other than [`Metastore::touch_job`] expects the job to
-/// have been touched first, and fails with [`StoreError::UnknownJob`] otherwise.
+/// have been touched first, and fails with [`StoreError::UnknownJob`] otherwise. The history of
+/// failures across jobs ([`IncidentStore`]) comes with every metastore.
 #[async_trait]
-pub trait Metastore: Send + Sync {
+pub trait Metastore: IncidentStore + Send + Sync {
     /// Records a job, or updates it: `last_seen_ns` and `world_size` only grow,
     /// `first_seen_ns` only shrinks.
     async fn touch_job(

@@ -2,6 +2,7 @@
 //! same metadata. Migrations take PostgreSQL's advisory lock, so concurrent starts are safe.
 
 use crate::backend::impl_metastore;
+use crate::incidents::impl_incident_store;
 use crate::error::redact_url;
 use crate::StoreError;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -47,3 +48,4 @@ impl PostgresStore {
 }
 
 impl_metastore!(PostgresStore);
+impl_incident_store!(PostgresStore);

@@ -2,6 +2,7 @@
 //! with a busy timeout so that concurrent writers queue instead of failing.
 
 use crate::backend::impl_metastore;
+use crate::incidents::impl_incident_store;
 use crate::error::redact_url;
 use crate::StoreError;
 use sqlx::sqlite::{
@@ -66,3 +67,4 @@ impl SqliteStore {
 }
 
 impl_metastore!(SqliteStore);
+impl_incident_store!(SqliteStore);

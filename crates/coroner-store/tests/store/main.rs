@@ -7,6 +7,7 @@
 //! tests fail, unless `CORONER_SKIP_POSTGRES=1`, which makes them print a note and pass.
 
 mod backends;
+mod incidents;
 mod suite;
 
 use backends::{with_postgres, with_sqlite};
@@ -43,6 +44,9 @@ all_backends!(
     unknown_jobs_are_refused_clearly,
     jobs_do_not_see_each_other,
     many_tasks_at_once,
+    signatures_round_trip_newest_first_and_keep_their_first_time,
+    job_hosts_are_replaced_per_job,
+    retention_deletes_jobs_but_keeps_their_signatures,
 );
 
 mod single_backend {

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 pub type Store = Arc<dyn Metastore>;
 
+pub use crate::incidents::*;
+
 fn job(s: &str) -> JobId {
     JobId::parse(s).expect("valid job id")
 }
