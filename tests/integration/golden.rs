@@ -69,3 +69,35 @@ fn reports_are_deterministic() {
         );
     }
 }
+
+/// The whole text report of every corpus bundle, against `tests/data/golden/<bundle>.txt`: any
+/// change to what a person reads shows up in review. `CORONER_UPDATE_GOLDEN=1` rewrites the files.
+#[test]
+fn text_reports_match_the_golden_files() {
+    let golden_dir = coroner_tests::data_dir().join("golden");
+    let update = std::env::var_os("CORONER_UPDATE_GOLDEN").is_some();
+    let mut differ = Vec::new();
+    for bundle in corpus_bundles() {
+        let name = bundle.file_name().expect("bundle name").to_string_lossy().into_owned();
+        let out = Command::new(binary("coroner")).arg("analyze").arg(&bundle).output().expect("run coroner analyze");
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let got = String::from_utf8(out.stdout).expect("the text report is UTF-8");
+        let path = golden_dir.join(format!("{name}.txt"));
+        if update {
+            std::fs::create_dir_all(&golden_dir).expect("create the golden folder");
+            std::fs::write(&path, &got).expect("write a golden report");
+            continue;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with CORONER_UPDATE_GOLDEN=1)", path.display()));
+        if got != want {
+            let line = got.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or(got.lines().count().min(want.lines().count()));
+            differ.push(format!(
+                "{name}: first difference at line {}:\n  got:  {}\n  want: {}",
+                line + 1,
+                got.lines().nth(line).unwrap_or("<end>"),
+                want.lines().nth(line).unwrap_or("<end>")
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "text reports differ from tests/data/golden (CORONER_UPDATE_GOLDEN=1 rewrites them after review):\n{}", differ.join("\n"));
+}

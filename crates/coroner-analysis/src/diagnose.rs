@@ -7,7 +7,7 @@ use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
 use crate::{hang, mismatch};
-use coroner_model::{Event, EventKind, FaultClass, Nanos, Rank, Verdict};
+use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
 const STRONG: f64 = 0.5;
@@ -106,8 +106,7 @@ pub fn diagnose<'a>(
         // A hang has no moment of failure; the best is when the rank last made progress.
         let aligned = h.rank.and_then(|r| {
             let ev = evidence.ranks.get(&r)?;
-            let last_step = ev.events.iter().rev().find(|e| matches!(e.kind, EventKind::Step { .. }));
-            last_step.map(|e| e.capture_ns).or(ev.last_capture_ns).map(|t| clock.aligned(Some(r), t))
+            ev.last_step.as_ref().map(|e| e.capture_ns).or(ev.last_capture_ns).map(|t| clock.aligned(Some(r), t))
         });
         return Diagnosis {
             verdict: Verdict::Failed,

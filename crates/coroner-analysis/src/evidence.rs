@@ -1,7 +1,7 @@
 //! What the analysis reads: a job's typed events, process ends, clock samples and snapshot facts.
 //! Built by the pipeline (offline from files, online from agents); the analysis never sees lines.
 
-use coroner_model::{ClockSample, Event, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
+use coroner_model::{ClockSample, Event, EventKind, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
 use std::collections::BTreeMap;
 
 /// Everything known about one job at one moment.
@@ -30,11 +30,44 @@ pub struct JobEvidence {
 #[derive(Debug, Clone, Default)]
 pub struct RankEvidence {
     pub host: Option<String>,
-    /// In capture order.
+    /// In capture order; progress lines are kept apart, in `steps`.
     pub events: Vec<Event>,
+    /// Every progress line, compact: most of a long job's events are steps, and the analysis needs
+    /// only their numbers and times (the clock alignment) and the last one's text.
+    pub steps: Vec<StepMark>,
+    /// The latest progress line, whole, for the report's evidence.
+    pub last_step: Option<Event>,
     pub lines: u64,
     pub first_capture_ns: Option<Nanos>,
     pub last_capture_ns: Option<Nanos>,
+}
+
+/// One progress line: which step, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepMark {
+    pub step: u64,
+    pub capture_ns: Nanos,
+    pub printed_ns: Option<Nanos>,
+}
+
+impl RankEvidence {
+    /// Files an event: a step among the steps, anything else among the events.
+    pub fn push(&mut self, e: Event) {
+        let EventKind::Step { step } = e.kind else {
+            self.events.push(e);
+            return;
+        };
+        self.steps.push(StepMark { step, capture_ns: e.capture_ns, printed_ns: e.printed_ns });
+        let later = self.last_step.as_ref().is_none_or(|l| (l.capture_ns, l.line.seq) <= (e.capture_ns, e.line.seq));
+        if later {
+            self.last_step = Some(e);
+        }
+    }
+
+    /// The highest step this rank reported.
+    pub fn max_step(&self) -> Option<u64> {
+        self.steps.iter().map(|s| s.step).max()
+    }
 }
 
 impl JobEvidence {

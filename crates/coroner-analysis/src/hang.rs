@@ -23,17 +23,17 @@ pub fn find<'a>(
     job: &ClassifiedJob<'a>,
     progress: &Progress,
 ) -> Option<HangFinding<'a>> {
-    by_sequence(job, progress).or_else(|| by_silence(evidence, job))
+    by_sequence(evidence, job, progress).or_else(|| by_silence(evidence, job))
 }
 
-fn by_sequence<'a>(job: &ClassifiedJob<'a>, progress: &Progress) -> Option<HangFinding<'a>> {
+fn by_sequence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &Progress) -> Option<HangFinding<'a>> {
     let laggards = progress.laggards();
     let (rank, enqueued, awaited, pg) = laggards.first()?.clone();
     let lowest: Vec<Rank> = laggards.iter().filter(|l| l.1 == enqueued).map(|l| l.0).collect();
     let waiting = waiters(progress, &pg, awaited);
     let op = op_of(progress, &pg, awaited).unwrap_or_else(|| "collective".to_string());
     let enq = enqueued.map(|s| s.to_string()).unwrap_or_else(|| "?".into());
-    let events = telling_events(job, rank);
+    let events = telling_events(evidence, job, rank);
     if lowest.len() > 1 {
         return Some(HangFinding {
             rank: None,
@@ -90,7 +90,7 @@ fn by_silence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>) -> Option<
                 if waiting.len() == 1 { "" } else { "s" },
                 join(&waiting)
             ),
-            events: telling_events(job, *rank),
+            events: telling_events(evidence, job, *rank),
         }),
         many => Some(HangFinding {
             rank: None,
@@ -107,7 +107,7 @@ fn by_silence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>) -> Option<
 }
 
 /// The culprit's most telling lines: where its stack was, what it last reported.
-fn telling_events<'a>(job: &ClassifiedJob<'a>, rank: Rank) -> Vec<&'a Event> {
+fn telling_events<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rank: Rank) -> Vec<&'a Event> {
     let evs = job.events(rank);
     let mut out: Vec<&'a Event> = Vec::new();
     if let Some(dump) = evs.iter().rev().find(|c| matches!(c.event.kind, EventKind::DumpSignal { .. })) {
@@ -116,8 +116,8 @@ fn telling_events<'a>(job: &ClassifiedJob<'a>, rank: Rank) -> Vec<&'a Event> {
     if let Some(stack) = evs.iter().find(|c| matches!(c.event.kind, EventKind::StackDump { .. })) {
         out.push(stack.event);
     }
-    if let Some(step) = evs.iter().rev().find(|c| matches!(c.event.kind, EventKind::Step { .. })) {
-        out.push(step.event);
+    if let Some(step) = evidence.ranks.get(&rank).and_then(|ev| ev.last_step.as_ref()) {
+        out.push(step);
     }
     out
 }

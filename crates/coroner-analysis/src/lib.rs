@@ -6,6 +6,7 @@
 //! failing rank (or the stuck one, or the deviating one), and write the [`Report`].
 
 pub mod causality;
+mod cascade;
 mod classified;
 pub mod clock;
 mod diagnose;
@@ -21,7 +22,7 @@ pub mod rules;
 pub mod signature;
 pub mod text;
 
-pub use evidence::{JobEvidence, RankEvidence};
+pub use evidence::{JobEvidence, RankEvidence, StepMark};
 pub use rules::{RuleSet, RulesError};
 
 use coroner_model::Report;

@@ -1,5 +1,6 @@
 //! Writes the [`Report`]: the diagnosis, the cascade, the collective table and the per-rank facts.
 
+use crate::cascade;
 use crate::classified::ClassifiedJob;
 use crate::clock::{ClockModel, UNKNOWN_UNCERTAINTY_NS};
 use crate::diagnose::{Diagnosis, FirstFinding};
@@ -7,7 +8,7 @@ use crate::evidence::JobEvidence;
 use crate::progress::Progress;
 use crate::rules::RuleSet;
 use coroner_model::{
-    format_rfc3339_ns, CascadeLink, ClockEstimate, Event, EventKind, EvidenceLine, FaultClass,
+    format_rfc3339_ns, ClockEstimate, Event, EventKind, EvidenceLine, FaultClass,
     FirstFailure, Rank, RankSummary, Report, Role, Verdict, REPORT_FORMAT_VERSION,
 };
 
@@ -40,7 +41,8 @@ pub fn build(
         ));
     }
     let culprit = diagnosis.first.as_ref().and_then(|f| f.rank);
-    let mut cascade = cascade(evidence, job, clock, culprit);
+    let culprit_ns = diagnosis.first.as_ref().and_then(|f| f.aligned_ns);
+    let mut cascade = cascade::build(evidence, job, rules, clock, progress, culprit, culprit_ns);
     if cascade.len() > MAX_CASCADE {
         notes.push(format!("{} more ranks in the cascade are not listed", cascade.len() - MAX_CASCADE));
         cascade.truncate(MAX_CASCADE);
@@ -128,33 +130,6 @@ fn host_of(evidence: &JobEvidence, rank: Rank) -> Option<String> {
     })
 }
 
-fn cascade(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockModel, culprit: Option<Rank>) -> Vec<CascadeLink> {
-    let Some(culprit) = culprit else { return Vec::new() };
-    let mut links: Vec<(i64, CascadeLink)> = evidence
-        .all_ranks()
-        .into_iter()
-        .filter(|r| *r != culprit)
-        .filter_map(|r| {
-            let s = job.first_symptom(r)?;
-            let how = s
-                .rule
-                .and_then(|rule| rule.summary.clone())
-                .unwrap_or_else(|| s.event.kind.name().replace('_', " "));
-            Some((
-                s.aligned_ns,
-                CascadeLink {
-                    rank: r,
-                    caused_by: Some(culprit),
-                    how: format!("{how}: {}", s.event.text.chars().take(200).collect::<String>()),
-                    time: Some(format_rfc3339_ns(clock.aligned(Some(r), s.event.capture_ns))),
-                },
-            ))
-        })
-        .collect();
-    links.sort_by_key(|(t, l)| (*t, l.rank));
-    links.into_iter().map(|(_, l)| l).collect()
-}
-
 fn rank_summaries(
     evidence: &JobEvidence,
     job: &ClassifiedJob<'_>,
@@ -167,12 +142,7 @@ fn rank_summaries(
         .into_iter()
         .map(|rank| {
             let ev = evidence.ranks.get(&rank);
-            let last_step = ev.and_then(|ev| {
-                ev.events.iter().filter_map(|e| match e.kind {
-                    EventKind::Step { step } => Some(step),
-                    _ => None,
-                }).max()
-            });
+            let last_step = ev.and_then(|ev| ev.max_step());
             let role = if Some(rank) == culprit {
                 "culprit"
             } else if job.with_role(rank, Role::Root).next().is_some() {

@@ -36,10 +36,12 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
     }
     crate::history::write_similar(out, r)?;
     if !r.cascade.is_empty() {
-        writeln!(out, "\nCascade:")?;
+        writeln!(out, "\nCascade (who gave up because of whom):")?;
         for c in &r.cascade {
-            let by = c.caused_by.map(|r| format!(" (after rank {r})")).unwrap_or_default();
-            writeln!(out, "  rank {}{by}: {}", c.rank, c.how)?;
+            let indent = "  ".repeat(c.depth.max(1) as usize);
+            let by = c.caused_by.map(|r| format!(" <- rank {r}")).unwrap_or_default();
+            let on = c.collective.as_ref().map(|c| format!(" [in {c}]")).unwrap_or_default();
+            writeln!(out, "{indent}rank {}{by}{on}: {}", c.rank, c.how)?;
         }
     }
     if !r.collectives.is_empty() {

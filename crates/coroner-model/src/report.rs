@@ -62,10 +62,25 @@ pub struct EvidenceLine {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CascadeLink {
     pub rank: Rank,
-    /// The rank whose failure this rank's failure follows from (the culprit, or an intermediate).
+    /// The rank whose failure this rank's failure follows from (the culprit, or an intermediate):
+    /// the parent in the cascade tree. The list is the tree in depth-first order.
     pub caused_by: Option<Rank>,
     pub how: String,
     pub time: Option<String>,
+    /// 1 for a rank that failed because of the culprit directly, 2 for one that failed because of
+    /// such a rank, and so on.
+    #[serde(default = "one")]
+    pub depth: u32,
+    /// The collective this rank gave up waiting in, e.g. `ALLREDUCE seq 11 of process group 0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective: Option<String>,
+    /// Why this parent: `named peer`, `never issued the collective`, `same host's launcher`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

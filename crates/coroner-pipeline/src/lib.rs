@@ -120,6 +120,7 @@ impl JobPipeline {
         }
         for ev in evidence.ranks.values_mut() {
             ev.events.sort_by_key(|e| (e.capture_ns, e.line.seq));
+            ev.steps.sort_by_key(|s| s.capture_ns);
         }
         evidence.ends = self.ends(&evidence);
         evidence.snapshots.sort_by(|a, b| (a.rank, &a.kind, &a.name).cmp(&(b.rank, &b.kind, &b.name)));
@@ -198,7 +199,12 @@ fn missing_dumps(evidence: &JobEvidence) -> Option<String> {
 
 fn file_into(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) {
     match rank {
-        Some(r) => evidence.rank_mut(r).events.extend(events),
+        Some(r) => {
+            let ev = evidence.rank_mut(r);
+            for e in events {
+                ev.push(e);
+            }
+        }
         None => evidence.unowned.extend(events),
     }
 }
