@@ -6,7 +6,7 @@ use crate::evidence::JobEvidence;
 use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
-use crate::{hang, mismatch};
+use crate::{hang, hardware, mismatch};
 use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
@@ -43,6 +43,7 @@ pub fn diagnose<'a>(
     progress: &Progress,
 ) -> Diagnosis<'a> {
     let mut findings = root_findings(evidence, job, rules, clock);
+    hardware::merge(evidence, rules, clock, &mut findings);
     findings.sort_by_key(|f| (f.aligned_ns, f.rank));
 
     if let Some(m) = mismatch::find(job) {

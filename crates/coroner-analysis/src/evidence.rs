@@ -13,6 +13,11 @@ pub struct JobEvidence {
     pub ranks: BTreeMap<Rank, RankEvidence>,
     /// Events from lines no rank owns (a launcher's own output, a kernel log).
     pub unowned: Vec<Event>,
+    /// Hardware lines read from snapshots (a kernel log's Xid, ECC and OOM-killer lines,
+    /// `nvidia-smi`'s memory faults), on stream `file`. `rank` is the snapshot's rank when it had
+    /// one. Such a line's only time is the one printed in it (`printed_ns`); `capture_ns` is that
+    /// time too, or 0 when the line carries none.
+    pub hardware: Vec<Event>,
     /// Sorted by rank, one per rank.
     pub ends: Vec<ProcessEnd>,
     pub clock_samples: Vec<ClockSample>,

@@ -14,6 +14,7 @@ pub mod evidence;
 pub mod live;
 mod findings;
 mod hang;
+mod hardware;
 pub mod history;
 mod mismatch;
 pub mod progress;

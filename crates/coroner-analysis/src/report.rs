@@ -9,7 +9,7 @@ use crate::progress::Progress;
 use crate::rules::RuleSet;
 use coroner_model::{
     format_rfc3339_ns, ClockEstimate, Event, EventKind, EvidenceLine, FaultClass,
-    FirstFailure, Rank, RankSummary, Report, Role, Verdict, REPORT_FORMAT_VERSION,
+    FirstFailure, Rank, RankSummary, Report, Role, Stream, Verdict, REPORT_FORMAT_VERSION,
 };
 
 /// At most this many cascade links are spelled out; the rest are counted.
@@ -73,7 +73,18 @@ pub fn build(
 }
 
 fn first_failure(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockModel, f: &FirstFinding<'_>) -> FirstFailure {
-    let mut lines: Vec<EvidenceLine> = f.events.iter().map(|e| evidence_line(clock, e)).collect();
+    let mut lines: Vec<EvidenceLine> = f
+        .events
+        .iter()
+        .map(|e| {
+            let mut line = evidence_line(clock, e);
+            // A hardware line joined to the culprit by its pid or GPU is the culprit's.
+            if line.rank.is_none() && e.line.stream == Stream::File {
+                line.rank = f.rank;
+            }
+            line
+        })
+        .collect();
     // Then how the others learned of it: each other rank's first symptom, a few of them.
     for (rank, _) in job.ranks.iter().filter(|(r, _)| Some(**r) != f.rank).take(4) {
         if let Some(s) = job.first_symptom(*rank) {
@@ -112,9 +123,11 @@ fn unexplained_failure(evidence: &JobEvidence) -> FirstFailure {
 }
 
 fn evidence_line(clock: &ClockModel, e: &Event) -> EvidenceLine {
+    // A hardware line from a snapshot may carry no time at all (a dmesg line stamped with uptime).
+    let undated = e.line.stream == Stream::File && e.printed_ns.is_none() && e.capture_ns == 0;
     EvidenceLine {
         rank: e.rank,
-        time: format_rfc3339_ns(clock.aligned(e.rank, e.capture_ns)),
+        time: if undated { "undated".to_string() } else { format_rfc3339_ns(clock.aligned(e.rank, e.capture_ns)) },
         stream: e.line.stream.as_str().to_string(),
         line: e.text.clone(),
     }

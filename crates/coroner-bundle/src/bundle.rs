@@ -208,6 +208,9 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
         if let Some((rank, rows)) = s.fr_progress {
             sink.fr_progress(rank, rows);
         }
+        if !s.hardware.is_empty() {
+            sink.hardware(s.summary.rank, s.hardware);
+        }
         sink.snapshot(s.summary, dir);
     }
     Ok(())

@@ -25,6 +25,8 @@ pub trait Sink {
     /// Collective progress read from a flight recorder dump (a sink that keeps the file itself,
     /// like an import to a server that reads it there, can ignore it).
     fn fr_progress(&mut self, _rank: coroner_model::Rank, _rows: snapshots::FrRows) {}
+    /// Hardware lines a snapshot showed (see `coroner_snapshot::Facts::hardware`).
+    fn hardware(&mut self, _rank: Option<coroner_model::Rank>, _lines: Vec<(coroner_model::EventKind, String)>) {}
     fn note(&mut self, note: String);
     /// A per-node launcher's own exit status (`launcher.exit.json`).
     fn launcher_end(&mut self, _exit_code: Option<i32>) {}
@@ -46,6 +48,9 @@ impl Sink for JobPipeline {
     }
     fn fr_progress(&mut self, rank: coroner_model::Rank, rows: snapshots::FrRows) {
         self.add_fr_progress(rank, rows);
+    }
+    fn hardware(&mut self, rank: Option<coroner_model::Rank>, lines: Vec<(coroner_model::EventKind, String)>) {
+        self.add_hardware_lines(rank, lines);
     }
     fn note(&mut self, note: String) {
         self.add_note(note);

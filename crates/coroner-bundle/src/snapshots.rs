@@ -2,7 +2,7 @@
 //! with its size, sha256 and the highlights the snapshot readers find in it. A file they cannot
 //! read gets an `unreadable: ...` highlight; it never fails the load.
 
-use coroner_model::{PgId, Rank, SeqNo, SnapshotSummary};
+use coroner_model::{EventKind, PgId, Rank, SeqNo, SnapshotSummary};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -26,10 +26,13 @@ pub struct Scanned {
     pub summary: SnapshotSummary,
     /// For a readable flight recorder dump of a known rank.
     pub fr_progress: Option<(Rank, FrRows)>,
+    /// Hardware lines (kernel log, nvidia-smi) for the correlation engine.
+    pub hardware: Vec<(EventKind, String)>,
 }
 
-/// What the readers make of one file: highlights, and progress for a flight recorder dump.
-pub fn read_snapshot(kind: &str, name: &str, rank: Option<Rank>, bytes: &[u8]) -> (Vec<String>, Option<(Rank, FrRows)>) {
+/// What the readers make of one file: highlights, progress for a flight recorder dump, and
+/// hardware lines.
+pub fn read_snapshot(kind: &str, name: &str, rank: Option<Rank>, bytes: &[u8]) -> (Vec<String>, Option<(Rank, FrRows)>, Vec<(EventKind, String)>) {
     let facts = coroner_snapshot::facts(kind, name, bytes, bytes.len() as u64);
     let progress = match rank {
         Some(r) if !facts.fr_progress.is_empty() => {
@@ -37,7 +40,7 @@ pub fn read_snapshot(kind: &str, name: &str, rank: Option<Rank>, bytes: &[u8]) -
         }
         _ => None,
     };
-    (facts.highlights, progress)
+    (facts.highlights, progress, facts.hardware)
 }
 
 pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
@@ -51,7 +54,7 @@ pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
             match std::fs::read(&path) {
                 Ok(bytes) => {
                     let (rank, kind) = (rank_of(&name), kind_of(folder, &name));
-                    let (highlights, fr_progress) = read_snapshot(kind, &name, rank, &bytes);
+                    let (highlights, fr_progress, hardware) = read_snapshot(kind, &name, rank, &bytes);
                     out.push(Scanned {
                         summary: SnapshotSummary {
                             rank,
@@ -62,6 +65,7 @@ pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
                             highlights,
                         },
                         fr_progress,
+                        hardware,
                     });
                 }
                 Err(e) => warnings.push(format!("skipped snapshot {}: {e}", path.display())),

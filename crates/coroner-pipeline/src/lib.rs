@@ -100,6 +100,29 @@ impl JobPipeline {
         self.evidence.fr_progress.extend(rows.into_iter().map(|(pg, en, st, co)| (rank, pg, en, st, co)));
     }
 
+    /// Hardware lines a snapshot showed (`coroner_snapshot::Facts::hardware`): Xid, ECC and
+    /// OOM-killer lines of a kernel log, `nvidia-smi`'s memory faults. `rank` is the snapshot's
+    /// rank, if it had one; the analysis names the rank of the others from the pid or GPU in them.
+    pub fn add_hardware_lines(&mut self, rank: Option<Rank>, lines: impl IntoIterator<Item = (EventKind, String)>) {
+        // The year of a syslog stamp is read from the job's own times.
+        let reference = rank
+            .and_then(|r| self.evidence.ranks.get(&r))
+            .or_else(|| self.evidence.ranks.values().next())
+            .and_then(|r| r.last_capture_ns);
+        for (kind, text) in lines {
+            let printed_ns = reference.and_then(|t| coroner_parse::time::printed_time(&text, t));
+            let seq = self.evidence.hardware.len() as u64;
+            self.evidence.hardware.push(Event {
+                rank,
+                line: coroner_model::LineRef { stream: Stream::File, seq },
+                capture_ns: printed_ns.unwrap_or(0),
+                printed_ns,
+                kind,
+                text,
+            });
+        }
+    }
+
     pub fn add_note(&mut self, note: impl Into<String>) {
         self.evidence.notes.push(note.into());
     }

@@ -93,6 +93,10 @@ pub struct Facts {
     pub highlights: Vec<String>,
     /// For a readable flight recorder dump: its progress per process group.
     pub fr_progress: Vec<FrProgress>,
+    /// Hardware lines for the correlation engine, as typed events with the text they came from:
+    /// a kernel log's Xid, ECC, AER and OOM-killer lines, and what `nvidia-smi` says of uncorrectable
+    /// memory errors. Hardware evidence counts as evidence, not only as a highlight.
+    pub hardware: Vec<(coroner_model::EventKind, String)>,
 }
 
 /// Reads a snapshot for the report. `kept` of `size` bytes are at hand (a size cap may have cut
@@ -103,10 +107,19 @@ pub fn facts(kind: &str, name: &str, bytes: &[u8], size: u64) -> Facts {
         Ok(h) => f.highlights = h,
         Err(e) => f.highlights.push(format!("unreadable: {e}")),
     }
-    if kind == "flight_recorder" {
-        if let Ok(fr) = flight_recorder::parse(bytes) {
-            f.fr_progress = fr.progress();
+    match kind {
+        "flight_recorder" => {
+            if let Ok(fr) = flight_recorder::parse(bytes) {
+                f.fr_progress = fr.progress();
+            }
         }
+        "kernel_log" => f.hardware = kernel_log::parse(bytes),
+        "nvidia_smi" => {
+            if let Ok(smi) = nvidia_smi::parse(bytes) {
+                f.hardware = smi.hardware_events();
+            }
+        }
+        _ => {}
     }
     if (bytes.len() as u64) < size {
         f.highlights.push(format!("only the first {} of {} bytes were kept (size cap)", bytes.len(), size));
@@ -172,5 +185,23 @@ mod tests {
         // A core cut after its notes still reads.
         let f = facts("core", "core.1", core, 1 << 30);
         assert!(f.highlights[0].starts_with("core: SIGSEGV"), "{:?}", f.highlights);
+    }
+
+    #[test]
+    fn hardware_facts_come_from_kernel_logs_and_nvidia_smi_memory_faults() {
+        let clean = include_bytes!("../../../tests/data/snapshots/nvidia-smi-q.xml");
+        assert!(facts("nvidia_smi", "nvidia-smi-q.xml", clean, clean.len() as u64).hardware.is_empty());
+        // The same GPU after an uncorrectable error: the volatile DRAM counter is no longer 0.
+        let text = String::from_utf8_lossy(clean);
+        let volatile = text.find("<volatile>").expect("a volatile ECC block");
+        let at = volatile + text[volatile..].find("<dram_uncorrectable>0<").expect("a volatile DRAM counter");
+        let broken = format!("{}<dram_uncorrectable>2<{}", &text[..at], &text[at + "<dram_uncorrectable>0<".len()..]);
+        let hw = facts("nvidia_smi", "nvidia-smi-q.xml", broken.as_bytes(), broken.len() as u64).hardware;
+        assert_eq!(hw.len(), 1, "{hw:?}");
+        assert!(hw[0].1.contains("2 uncorrectable ECC errors"), "{hw:?}");
+
+        let dmesg = b"[ 812.1] eth0: link up\n[ 8123.4] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n";
+        let hw = facts("kernel_log", "dmesg.txt", dmesg, dmesg.len() as u64).hardware;
+        assert!(matches!(hw.as_slice(), [(coroner_model::EventKind::Xid { code: 79, pid: Some(4242), .. }, _)]), "{hw:?}");
     }
 }

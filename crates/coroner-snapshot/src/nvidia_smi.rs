@@ -4,6 +4,7 @@
 //! `clocks_event_reasons`, `single_bit`/`double_bit` became `sram_*`/`dram_*`), so counters are
 //! summed by what their names say rather than by fixed paths.
 
+use coroner_model::EventKind;
 use crate::SnapshotError;
 use quick_xml::events::Event;
 use std::collections::BTreeMap;
@@ -227,6 +228,29 @@ impl NvidiaSmi {
         }
         if out.is_empty() {
             out.push("nvidia-smi: no GPUs listed".into());
+        }
+        out
+    }
+}
+
+impl NvidiaSmi {
+    /// The GPUs' memory faults as error lines the rules classify (`ecc-error`): uncorrectable ECC
+    /// errors since the driver loaded, and pages or rows the GPU could not retire or remap.
+    /// Lifetime (aggregate) counts and correctable errors are history, not evidence of this failure.
+    pub fn hardware_events(&self) -> Vec<(EventKind, String)> {
+        let mut out = Vec::new();
+        for g in &self.gpus {
+            let id = if g.uuid.is_empty() { g.pci_bus_id.clone() } else { format!("{} ({})", g.pci_bus_id, g.uuid) };
+            let mut say = |message: String| out.push((EventKind::ErrorLine { message: message.clone() }, message));
+            if g.ecc_volatile_uncorrectable > 0 {
+                say(format!("nvidia-smi: GPU {id}: {} uncorrectable ECC errors since the driver loaded", g.ecc_volatile_uncorrectable));
+            }
+            if g.retired_pending {
+                say(format!("nvidia-smi: GPU {id}: page retirement pending after an uncorrectable ECC error"));
+            }
+            if g.remap_pending_or_failed {
+                say(format!("nvidia-smi: GPU {id}: row remapping pending or failed after an uncorrectable ECC error"));
+            }
         }
         out
     }

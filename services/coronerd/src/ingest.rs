@@ -235,6 +235,7 @@ impl Ingest for IngestService {
                 if let Some(rank) = record.rank {
                     p.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
                 }
+                p.add_hardware_lines(record.rank, facts.hardware);
                 p.add_snapshot(SnapshotSummary {
                     rank: record.rank,
                     kind: record.kind.clone(),

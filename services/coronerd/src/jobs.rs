@@ -105,6 +105,7 @@ impl Jobs {
             if let Some(rank) = s.rank {
                 pipeline.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
             }
+            pipeline.add_hardware_lines(s.rank, facts.hardware);
             pipeline.add_snapshot(SnapshotSummary {
                 rank: s.rank,
                 kind: s.kind,
