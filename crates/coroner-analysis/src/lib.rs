@@ -17,6 +17,7 @@ mod hang;
 mod hardware;
 pub mod history;
 mod mismatch;
+mod pace;
 pub mod progress;
 mod report;
 pub mod rules;

@@ -5,6 +5,7 @@ use crate::classified::ClassifiedJob;
 use crate::clock::{ClockModel, UNKNOWN_UNCERTAINTY_NS};
 use crate::diagnose::{Diagnosis, FirstFinding};
 use crate::evidence::JobEvidence;
+use crate::pace;
 use crate::progress::Progress;
 use crate::rules::RuleSet;
 use coroner_model::{
@@ -40,6 +41,7 @@ pub fn build(
             format_rfc3339_ns(other.aligned_ns)
         ));
     }
+    notes.extend(pace::slowdown_note(evidence));
     let culprit = diagnosis.first.as_ref().and_then(|f| f.rank);
     let culprit_ns = diagnosis.first.as_ref().and_then(|f| f.aligned_ns);
     let mut cascade = cascade::build(evidence, job, rules, clock, progress, culprit, culprit_ns);

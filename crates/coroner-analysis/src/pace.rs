@@ -1,0 +1,129 @@
+//! The job's pace: when the time per step changes for good part-way through a job (a straggler,
+//! a throttled GPU, a slow filesystem), the report says from which step and by how much.
+//!
+//! In synchronous data-parallel training every rank waits for the slowest in each collective, so
+//! all ranks slow down together and step lines alone cannot name the slow one; the note says so
+//! rather than guess.
+
+use crate::evidence::JobEvidence;
+use coroner_model::Nanos;
+
+/// Fewer step intervals than this on either side of a change decide nothing.
+const MIN_INTERVALS: usize = 3;
+/// A change smaller than this factor is ordinary variation.
+const MIN_FACTOR: f64 = 4.0;
+/// How many ranks the pace is read from.
+const SAMPLED_RANKS: usize = 32;
+/// Steps faster than this after the change are not worth a note.
+const MIN_SLOW_NS: i64 = 100_000_000;
+
+/// Per step number, the median over ranks of the time from that step's line to the next one's.
+fn job_intervals(evidence: &JobEvidence) -> Vec<(u64, Nanos)> {
+    let mut per_step: std::collections::BTreeMap<u64, Vec<Nanos>> = std::collections::BTreeMap::new();
+    // Ranks move in lockstep: a few spread over the job tell the pace as well as all of them.
+    let every = (evidence.ranks.len() / SAMPLED_RANKS).max(1);
+    for ev in evidence.ranks.values().step_by(every) {
+        let mut steps: Vec<(u64, Nanos)> = ev.steps.iter().map(|s| (s.step, s.printed_ns.unwrap_or(s.capture_ns))).collect();
+        steps.sort_unstable();
+        steps.dedup_by_key(|(step, _)| *step);
+        for w in steps.windows(2) {
+            if w[1].0 == w[0].0 + 1 {
+                per_step.entry(w[0].0).or_default().push(w[1].1 - w[0].1);
+            }
+        }
+    }
+    per_step
+        .into_iter()
+        .map(|(step, mut v)| {
+            v.sort_unstable();
+            (step, v[v.len() / 2])
+        })
+        .collect()
+}
+
+fn median(v: &[Nanos]) -> Nanos {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// A note when the job's step time changed for good, or None.
+pub fn slowdown_note(evidence: &JobEvidence) -> Option<String> {
+    let intervals = job_intervals(evidence);
+    if intervals.len() < 2 * MIN_INTERVALS {
+        return None;
+    }
+    let times: Vec<Nanos> = intervals.iter().map(|(_, t)| *t).collect();
+    // The split with the largest ratio of the medians after and before it.
+    let (split, before, after) = (MIN_INTERVALS..=times.len() - MIN_INTERVALS)
+        .map(|i| (i, median(&times[..i]), median(&times[i..])))
+        .max_by(|a, b| ratio(a.2, a.1).total_cmp(&ratio(b.2, b.1)))?;
+    if ratio(after, before) < MIN_FACTOR || after < MIN_SLOW_NS {
+        return None;
+    }
+    // The split needs a few intervals before it to be measured; the change itself may come
+    // earlier: walk back over intervals that are already slow.
+    let slow = ((before as f64) * (after as f64)).sqrt() as Nanos;
+    let mut split = split;
+    while split > 1 && times[split - 1] > slow {
+        split -= 1;
+    }
+    let (before, after) = (median(&times[..split]), median(&times[split..]));
+    // The interval after step s ends at step s + 1: that is the first slow step.
+    let first_slow = intervals[split].0 + 1;
+    Some(format!(
+        "steps slowed down from step {first_slow} on: {} per step before, {} after, on every rank alike; in synchronous training every rank waits for the slowest, so the step lines do not name it - compare the ranks' compute time (flight recorder timings, py-spy, GPU utilisation)",
+        human(before),
+        human(after)
+    ))
+}
+
+fn ratio(after: Nanos, before: Nanos) -> f64 {
+    after as f64 / before.max(1) as f64
+}
+
+fn human(ns: Nanos) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else {
+        format!("{} ms", ns / 1_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::StepMark;
+    use coroner_model::Rank;
+
+    fn job(intervals_ms: &[i64]) -> JobEvidence {
+        let mut ev = JobEvidence::default();
+        for r in 0..4 {
+            let rank = ev.rank_mut(Rank(r));
+            let mut t = 1_000_000_000_000i64;
+            for (step, ms) in std::iter::once(&0).chain(intervals_ms).enumerate() {
+                t += ms * 1_000_000;
+                rank.steps.push(StepMark { step: step as u64, capture_ns: t, printed_ns: None });
+            }
+        }
+        ev
+    }
+
+    #[test]
+    fn a_lasting_slowdown_is_noted_from_its_first_slow_step() {
+        let note = slowdown_note(&job(&[2, 3, 2, 1500, 1500, 1500, 1500, 1500])).expect("a note");
+        assert!(note.starts_with("steps slowed down from step 4 on: 2 ms per step before, 1.50 s after"), "{note}");
+        // Only two fast intervals before the change: still found, from the right step.
+        let note = slowdown_note(&job(&[2, 3, 1500, 1500, 1500, 1500, 1500])).expect("a note");
+        assert!(note.starts_with("steps slowed down from step 3 on"), "{note}");
+    }
+
+    #[test]
+    fn steady_or_noisy_jobs_get_no_note() {
+        assert_eq!(slowdown_note(&job(&[100, 110, 95, 120, 100, 105, 98, 101])), None);
+        assert_eq!(slowdown_note(&job(&[2, 3, 2, 9, 12, 10, 11, 9])), None, "slower, but still fast");
+        // One slow step (a checkpoint save) is not a slowdown.
+        assert_eq!(slowdown_note(&job(&[500, 510, 505, 9000, 500, 502, 499, 501])), None);
+        assert_eq!(slowdown_note(&job(&[2, 2])), None);
+    }
+}
