@@ -3,6 +3,7 @@
 mod bad_input;
 mod end_to_end;
 mod golden;
+mod live;
 mod hardware;
 mod otlp_metrics;
 mod query_api;

@@ -6,10 +6,11 @@
 
 mod demux;
 
+use coroner_analysis::live::{LiveConfig, LiveMonitor};
 use coroner_analysis::{JobEvidence, RuleSet};
 use coroner_model::{
     ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary,
-    Stream,
+    Stream, SuspectedHang, Verdict,
 };
 use coroner_parse::RankParser;
 use std::collections::BTreeMap;
@@ -25,6 +26,10 @@ pub struct JobPipeline {
     first_hand_ends: BTreeMap<Rank, ProcessEnd>,
     /// A per-node launcher (torchrun) exited 0: it does so only when every worker did.
     launcher_succeeded: bool,
+    /// The live hang monitor, for a job watched while it runs (coronerd); off offline.
+    live: Option<LiveMonitor>,
+    /// What the live monitor's owner last decided to show, attached to running reports.
+    live_findings: Vec<SuspectedHang>,
 }
 
 impl JobPipeline {
@@ -35,7 +40,32 @@ impl JobPipeline {
             demux: Demux::default(),
             first_hand_ends: BTreeMap::new(),
             launcher_succeeded: false,
+            live: None,
+            live_findings: Vec::new(),
         }
+    }
+
+    /// Watches the lines as they arrive for ranks that stop making progress (see
+    /// [`coroner_analysis::live`]); lines pushed before this are not seen by the monitor.
+    pub fn enable_live(&mut self, config: LiveConfig) {
+        self.live = Some(LiveMonitor::new(config));
+    }
+
+    pub fn live(&self) -> Option<&LiveMonitor> {
+        self.live.as_ref()
+    }
+
+    pub fn live_mut(&mut self) -> Option<&mut LiveMonitor> {
+        self.live.as_mut()
+    }
+
+    pub fn live_findings(&self) -> &[SuspectedHang] {
+        &self.live_findings
+    }
+
+    /// The live findings a running job's report carries from now on.
+    pub fn set_live_findings(&mut self, findings: Vec<SuspectedHang>) {
+        self.live_findings = findings;
     }
 
     pub fn set_world_size(&mut self, n: u32) {
@@ -50,6 +80,9 @@ impl JobPipeline {
     pub fn set_host(&mut self, rank: Rank, host: &str) {
         if !host.is_empty() {
             self.evidence.rank_mut(rank).host = Some(host.to_string());
+            if let Some(live) = &mut self.live {
+                live.set_host(rank, host);
+            }
         }
     }
 
@@ -67,6 +100,9 @@ impl JobPipeline {
             }
             None => {}
         }
+        if let (Some(live), Some(rank)) = (&mut self.live, line.rank) {
+            live.push_line(rank, line.capture_ns, &line.text());
+        }
         let parser = self
             .parsers
             .entry((line.rank, line.stream))
@@ -83,6 +119,9 @@ impl JobPipeline {
     }
 
     pub fn add_end(&mut self, end: ProcessEnd) {
+        if let Some(live) = &mut self.live {
+            live.push_end(end.rank);
+        }
         self.first_hand_ends.insert(end.rank, end);
     }
 
@@ -155,7 +194,11 @@ impl JobPipeline {
 
     /// The report as of now.
     pub fn report(&self, rules: &RuleSet) -> Report {
-        coroner_analysis::analyze(&self.evidence(), rules)
+        let mut report = coroner_analysis::analyze(&self.evidence(), rules);
+        if report.verdict == Verdict::Running {
+            report.live_findings = self.live_findings.clone();
+        }
+        report
     }
 
     pub fn lines_seen(&self) -> u64 {

@@ -8,6 +8,7 @@
 mod capture;
 mod clock;
 mod collect;
+mod heartbeat;
 mod identity;
 mod launcher;
 mod queue;
@@ -243,6 +244,16 @@ fn run(args: RunArgs) -> Result<i32> {
         if !args.no_snapshots {
             cmd.envs(collect::child_env(&fr_dir, |k| std::env::var(k).ok()));
         }
+        // PyTorch's flight recorder dump pipe, for a stack dump while the rank hangs (heartbeat.rs).
+        let pipe_prefix = match std::env::var("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") {
+            Ok(p) => Some(p),
+            Err(_) if !args.no_snapshots && std::fs::create_dir_all(key_dir.join("frpipe")).is_ok() => {
+                let p = key_dir.join("frpipe").join("nccl_trace_rank_").display().to_string();
+                cmd.env("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", &p);
+                Some(p)
+            }
+            Err(_) => None,
+        };
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -251,6 +262,16 @@ fn run(args: RunArgs) -> Result<i32> {
             }
         };
         let child_pid = child.id() as libc::pid_t;
+        let beat = session_rank.map(|rank| {
+            tokio::spawn(heartbeat::run(heartbeat::Settings {
+                server: args.server.clone(),
+                job: id.job.to_string(),
+                rank,
+                pid: child.id(),
+                snapshot_dir: snapshot_dir.clone(),
+                fr_pipe: pipe_prefix.as_ref().map(|p| PathBuf::from(format!("{p}{rank}.pipe"))),
+            }))
+        });
         let filer = is_launcher.then(|| launcher::RankFiler::new(node_rank_base.unwrap_or(0)));
         let sequencer = Arc::new(Mutex::new(Sequencer::new(filer, queue.clone())));
         let mut pumps = Vec::new();
@@ -272,6 +293,9 @@ fn run(args: RunArgs) -> Result<i32> {
             }
         };
         let at_ns = now_ns();
+        if let Some(b) = &beat {
+            b.abort();
+        }
         let code = exit_code_of(status);
         let deadline = tokio::time::Instant::now() + args.flush_timeout;
         // On failure: GPU and kernel state, and core files, gathered while the pipes drain.

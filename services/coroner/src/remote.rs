@@ -160,15 +160,23 @@ pub async fn watch(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCo
         let now = coroner_model::format_rfc3339_ns(
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0),
         );
+        let report: serde_json::Value = serde_json::from_str(&r.report_json).unwrap_or_default();
+        let live = report.get("live_findings").cloned().unwrap_or_else(|| serde_json::json!([]));
         if json {
             println!(
                 "{}",
                 serde_json::json!({"at": now, "job_id": r.job_id, "verdict": r.verdict, "culprit_rank": r.culprit_rank,
-                    "class": if r.fault_class.is_empty() { None } else { Some(&r.fault_class) }})
+                    "class": if r.fault_class.is_empty() { None } else { Some(&r.fault_class) }, "live_findings": live})
             );
         } else {
             let headline = r.report_text.lines().next().unwrap_or("");
             println!("[{now}] {headline}");
+            for f in live.as_array().into_iter().flatten() {
+                println!("[{now}]   suspected hang: {}", f["summary"].as_str().unwrap_or(""));
+                if let Some(last) = f["last_lines"].as_array().and_then(|l| l.last()).and_then(|l| l.as_str()) {
+                    println!("[{now}]     last line: {last}");
+                }
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

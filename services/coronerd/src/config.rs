@@ -26,6 +26,17 @@ pub struct Config {
     /// Snapshot bytes kept per file; larger files keep their metadata and the first bytes.
     #[arg(long, env = "CORONER_SNAPSHOT_CAP_BYTES", default_value_t = 1 << 30)]
     pub snapshot_cap_bytes: u64,
+    /// Suspect a hang when a rank is silent for this many of its median step times...
+    #[arg(long, env = "CORONER_HANG_STEP_MULTIPLE", default_value_t = 10.0)]
+    pub hang_step_multiple: f64,
+    /// ...and never before this many seconds of silence.
+    #[arg(long, env = "CORONER_HANG_FLOOR", default_value = "5", value_parser = parse_seconds)]
+    pub hang_floor: std::time::Duration,
+}
+
+fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
+    std::time::Duration::try_from_secs_f64(v).map_err(|e| format!("{s:?} is not a usable number of seconds: {e}"))
 }
 
 impl Config {
@@ -38,6 +49,8 @@ impl Config {
             database_url: None,
             rules: None,
             snapshot_cap_bytes: 1 << 30,
+            hang_step_multiple: 10.0,
+            hang_floor: std::time::Duration::from_secs(5),
         }
     }
 

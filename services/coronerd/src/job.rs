@@ -69,6 +69,7 @@ impl Job {
         });
         tokio::spawn(committer(job.clone(), rx, store.clone(), metrics.clone()));
         tokio::spawn(reporter(Arc::downgrade(&job), store, rules, metrics));
+        crate::live::start(&job);
         job.dirty.notify_one();
         job
     }

@@ -10,6 +10,7 @@ mod http;
 mod ingest;
 mod job;
 mod jobs;
+mod live;
 pub mod metrics;
 mod otlp;
 mod query;
@@ -60,6 +61,8 @@ pub async fn start(
     let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), "coronerd listening");
 
+    live::configure(config.hang_step_multiple, config.hang_floor);
+    let liveness = live::LivenessService::new(jobs.clone());
     let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone());
     let query = query::QueryService::new(jobs.clone(), snapshot_store.clone());
     let otlp = otlp::OtlpLogs::new(jobs.clone());
@@ -80,6 +83,7 @@ pub async fn start(
                 .max_decoding_message_size(64 << 20),
         )
         .add_service(coroner_proto::v1::query_server::QueryServer::new(query))
+        .add_service(coroner_proto::v1::liveness_server::LivenessServer::new(liveness))
         .add_service(otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),

@@ -267,9 +267,11 @@ impl Query for QueryService {
     }
 }
 
-/// What a watcher cares about: the verdict, the culprit and class, and how far the cascade reached.
+/// What a watcher cares about: the verdict, the culprit and class, how far the cascade reached,
+/// and which ranks are suspected of hanging while the job runs.
 fn headline(r: &Report) -> impl PartialEq {
-    (r.verdict, r.first_failure.as_ref().map(|f| (f.rank, f.class)), r.cascade.len())
+    let suspects: Vec<_> = r.live_findings.iter().map(|f| f.rank).collect();
+    (r.verdict, r.first_failure.as_ref().map(|f| (f.rank, f.class)), r.cascade.len(), suspects)
 }
 
 /// Yields the first report, then every report whose headline differs from the last one sent.

@@ -78,6 +78,8 @@ pub struct LiveMonitor {
     ranks: BTreeMap<Rank, RankLive>,
     /// Per line shape: the longest pause seen after it on any rank (past each rank's first step).
     pauses: HashMap<String, Nanos>,
+    /// The latest capture time of any line pushed.
+    latest: Option<Nanos>,
 }
 
 /// What the evaluation needs of one rank that prints progress.
@@ -110,6 +112,7 @@ impl LiveMonitor {
 
     /// One line of one rank, with its capture time. Lines must come in capture order per rank.
     pub fn push_line(&mut self, rank: Rank, at: Nanos, text: &str) {
+        self.latest = Some(self.latest.map_or(at, |l| l.max(at)));
         let r = self.ranks.entry(rank).or_default();
         let idx = r.lines;
         r.lines += 1;
@@ -172,6 +175,11 @@ impl LiveMonitor {
         if gpu_util.is_some() {
             r.gpu_util = gpu_util;
         }
+    }
+
+    /// The latest capture time of any line pushed so far (how far the evidence has arrived).
+    pub fn latest_capture(&self) -> Option<Nanos> {
+        self.latest
     }
 
     /// The job's progress template and its counter field: of the shapes with a counter on at
