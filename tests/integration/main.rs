@@ -3,8 +3,9 @@
 mod bad_input;
 mod end_to_end;
 mod golden;
-mod live;
 mod hardware;
+mod incidents;
+mod live;
 mod otlp_metrics;
 mod query_api;
 mod served;

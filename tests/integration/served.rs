@@ -21,12 +21,18 @@ pub struct Served {
 
 impl Served {
     pub fn start() -> Served {
+        Served::start_with(&[])
+    }
+
+    /// Starts coronerd with extra flags.
+    pub fn start_with(extra: &[&str]) -> Served {
         let data = tempfile::tempdir().expect("tempdir");
         let (grpc, http) = (free_port(), free_port());
         let child = Command::new(binary("coronerd"))
             .arg("--data-dir")
             .arg(data.path())
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
+            .args(extra)
             .stderr(Stdio::null())
             .spawn()
             .expect("start coronerd");

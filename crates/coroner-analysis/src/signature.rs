@@ -131,6 +131,8 @@ static MASKS: LazyLock<Vec<Mask>> = LazyLock::new(|| {
         // Dates and times of day (log prefixes, messages that print when).
         mask(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?", "<time>"),
         mask(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b", "<time>"),
+        // glog's severity and month-day (`E1130`).
+        mask(r"\b([IWEF])\d{4}\b", "${1}<date>"),
         // GPU-xxxxxxxx-xxxx-... and plain UUIDs.
         mask(r"(?i)\b(?:GPU-|MIG-)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<uuid>"),
         // PCI bus ids: 0000:18:00.0, 00000000:18:00.0, 18:00.0, PCI:0000:0a:00.

@@ -27,7 +27,7 @@ fn numbers_addresses_paths_and_names_are_masked() {
         ),
         (
             "E1201 10:00:00.123456 4242 ProcessGroupNCCL.cpp:688] [PG 0 Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=11, OpType=ALLREDUCE, NumelIn=1153) ran for 600012 milliseconds",
-            "E1201 <time> <num> ProcessGroupNCCL.cpp:<num>] [PG <num> Rank <num>] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=<num>, OpType=ALLREDUCE, NumelIn=<num>) ran for <num> milliseconds",
+            "E<date> <time> <num> ProcessGroupNCCL.cpp:<num>] [PG <num> Rank <num>] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=<num>, OpType=ALLREDUCE, NumelIn=<num>) ran for <num> milliseconds",
         ),
         ("UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 12 of ./data/shard-00017.bin and/or N/A", "UnicodeDecodeError: 'utf-<num>' codec can't decode byte <hex> in position <num> of <path> and/or N/A"),
     ];

@@ -44,7 +44,52 @@ impl Sink for Collected {
     fn finished(&mut self) {}
 }
 
-pub async fn run(server: &str, paths: &[PathBuf], job: &str) -> anyhow::Result<ExitCode> {
+/// The host each rank's session names: the bundle does not say where its ranks ran, so the
+/// importer says it (`--host` for every rank, `--host-map` per rank), else `import`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hosts {
+    pub default: Option<String>,
+    pub per_rank: BTreeMap<u32, String>,
+}
+
+impl Hosts {
+    /// `map` entries are `RANK=HOST` or `FIRST-LAST=HOST`, each flag value may hold several
+    /// separated by commas (`0-3=node-a,4-7=node-b`).
+    pub fn parse(default: Option<String>, map: &[String]) -> anyhow::Result<Hosts> {
+        let mut per_rank = BTreeMap::new();
+        for entry in map.iter().flat_map(|m| m.split(',')).map(str::trim).filter(|e| !e.is_empty()) {
+            let bad = || anyhow::anyhow!("--host-map entry {entry:?} is not RANK=HOST or FIRST-LAST=HOST (like 0-3=node-a)");
+            let (ranks, host) = entry.split_once('=').ok_or_else(bad)?;
+            let host = host.trim();
+            if host.is_empty() {
+                return Err(bad());
+            }
+            let (first, last) = match ranks.split_once('-') {
+                Some((a, b)) => (a.trim().parse::<u32>().map_err(|_| bad())?, b.trim().parse::<u32>().map_err(|_| bad())?),
+                None => {
+                    let r = ranks.trim().parse::<u32>().map_err(|_| bad())?;
+                    (r, r)
+                }
+            };
+            if last < first || last - first > 1 << 20 {
+                return Err(bad());
+            }
+            for r in first..=last {
+                per_rank.insert(r, host.to_string());
+            }
+        }
+        Ok(Hosts { default: default.filter(|h| !h.trim().is_empty()), per_rank })
+    }
+
+    fn of(&self, rank: Option<Rank>) -> String {
+        rank.and_then(|r| self.per_rank.get(&r.0))
+            .or(self.default.as_ref())
+            .cloned()
+            .unwrap_or_else(|| "import".to_string())
+    }
+}
+
+pub async fn run(server: &str, paths: &[PathBuf], job: &str, hosts: &Hosts) -> anyhow::Result<ExitCode> {
     coroner_model::JobId::parse(job).with_context(|| format!("job id {job:?}"))?;
     let mut collected = Collected::default();
     coroner_bundle::load_paths(paths, &mut collected)?;
@@ -62,7 +107,7 @@ pub async fn run(server: &str, paths: &[PathBuf], job: &str) -> anyhow::Result<E
         }
     }
     for rank in ranks {
-        let session = open(&mut client, job, rank, collected.world_size).await?;
+        let session = open(&mut client, job, rank, collected.world_size, hosts.of(rank)).await?;
         if let Some(lines) = collected.lines.get(&rank) {
             total += ship(&mut client, &session, lines).await?;
         }
@@ -86,7 +131,7 @@ pub async fn run(server: &str, paths: &[PathBuf], job: &str) -> anyhow::Result<E
     // Snapshots of no rank (host/) go with a rankless session.
     let rankless: Vec<_> = collected.snapshots.iter().filter(|(s, _)| s.rank.is_none()).collect();
     if !rankless.is_empty() {
-        let session = open(&mut client, job, None, collected.world_size).await?;
+        let session = open(&mut client, job, None, collected.world_size, hosts.of(None)).await?;
         for (summary, path) in rankless {
             upload(&mut client, &session, summary, path).await?;
         }
@@ -95,8 +140,7 @@ pub async fn run(server: &str, paths: &[PathBuf], job: &str) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-async fn open(client: &mut IngestClient<Channel>, job: &str, rank: Option<Rank>, world: Option<u32>) -> anyhow::Result<String> {
-    let host = "import".to_string();
+async fn open(client: &mut IngestClient<Channel>, job: &str, rank: Option<Rank>, world: Option<u32>, host: String) -> anyhow::Result<String> {
     let resp = client
         .open_session(v1::OpenSessionRequest {
             job_id: job.to_string(),
@@ -172,4 +216,22 @@ async fn upload(client: &mut IngestClient<Channel>, session: &str, s: &SnapshotS
         .await
         .with_context(|| format!("upload snapshot {}", s.name))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Hosts;
+    use coroner_model::Rank;
+
+    #[test]
+    fn host_maps_name_ranks_and_ranges() {
+        let h = Hosts::parse(Some("rest".into()), &["0=a,2-3=b".into(), "5=c".into()]).expect("valid");
+        let of = |r: u32| h.of(Some(Rank(r)));
+        assert_eq!((of(0), of(1), of(2), of(3), of(5)), ("a".into(), "rest".into(), "b".into(), "b".into(), "c".into()));
+        assert_eq!(h.of(None), "rest");
+        assert_eq!(Hosts::parse(None, &[]).expect("empty").of(Some(Rank(0))), "import");
+        for bad in ["0", "x=a", "3-1=a", "0="] {
+            assert!(Hosts::parse(None, &[bad.into()]).unwrap_err().to_string().contains("is not RANK=HOST"), "{bad}");
+        }
+    }
 }

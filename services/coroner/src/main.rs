@@ -5,6 +5,7 @@ mod analyze;
 mod import;
 mod remote;
 mod snapshot;
+mod suspects;
 mod timeline;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,12 @@ enum Command {
         paths: Vec<PathBuf>,
         #[arg(long)]
         job: String,
+        /// The host every rank ran on (default: `import`).
+        #[arg(long)]
+        host: Option<String>,
+        /// Per-rank hosts: RANK=HOST or FIRST-LAST=HOST, comma-separated or repeated (0-3=node-a,4-7=node-b).
+        #[arg(long)]
+        host_map: Vec<String>,
     },
     /// Print a job's report from coronerd.
     Report {
@@ -111,6 +118,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Hosts and GPUs whose root-cause failures across jobs stand out (drain candidates), with the evidence.
+    Suspects {
+        /// Only failures since this time: an RFC 3339 time or how long ago (7d, 24h, 90m).
+        #[arg(long)]
+        since: Option<String>,
+        /// Also list hosts and GPUs with failures that are not flagged.
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// A job's snapshots: list them, or download one by its sha256.
     Snapshot {
         #[command(subcommand)]
@@ -139,7 +157,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze { paths, json, job, rules } => analyze::run(&paths, json, job, rules.as_deref()),
-        Command::Import { paths, job } => runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job))),
+        Command::Import { paths, job, host, host_map } => import::Hosts::parse(host, &host_map)
+            .and_then(|hosts| runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job, &hosts)))),
+        Command::Suspects { since, all, json } => {
+            runtime().and_then(|rt| rt.block_on(suspects::run(&cli.server, since.as_deref(), all, json)))
+        }
         Command::Report { job, json } => runtime().and_then(|rt| rt.block_on(remote::report(&cli.server, &job, json))),
         Command::Jobs { json } => runtime().and_then(|rt| rt.block_on(remote::jobs(&cli.server, json))),
         Command::Search { job, query, rank, host, stream, kind, since, until, limit, cursor, json } => {

@@ -26,6 +26,10 @@ pub struct Config {
     /// Snapshot bytes kept per file; larger files keep their metadata and the first bytes.
     #[arg(long, env = "CORONER_SNAPSHOT_CAP_BYTES", default_value_t = 1 << 30)]
     pub snapshot_cap_bytes: u64,
+    /// Delete jobs (index, sessions, report) last seen longer ago than this: `30d`, `12h`, `90m`,
+    /// `45s`; `0` keeps them forever. Failure signatures outlive their jobs (`coroner suspects`).
+    #[arg(long, env = "CORONER_RETENTION", default_value = "0", value_parser = crate::retention::parse_duration)]
+    pub retention: std::time::Duration,
     /// Suspect a hang when a rank is silent for this many of its median step times...
     #[arg(long, env = "CORONER_HANG_STEP_MULTIPLE", default_value_t = 10.0)]
     pub hang_step_multiple: f64,
@@ -49,6 +53,7 @@ impl Config {
             database_url: None,
             rules: None,
             snapshot_cap_bytes: 1 << 30,
+            retention: std::time::Duration::ZERO,
             hang_step_multiple: 10.0,
             hang_floor: std::time::Duration::from_secs(5),
         }

@@ -270,6 +270,7 @@ fn severity(bytes: &[u8]) -> &'static str {
 }
 
 async fn reporter(job: std::sync::Weak<Job>, store: Arc<dyn Metastore>, rules: Arc<RuleSet>, metrics: Arc<Metrics>) {
+    let mut history = crate::incidents::Recorder::default();
     loop {
         let (dirty, pipeline, version, id) = match job.upgrade() {
             Some(j) => (j.dirty.clone(), j.pipeline.clone(), j.version.clone(), j.id.clone()),
@@ -293,6 +294,7 @@ async fn reporter(job: std::sync::Weak<Job>, store: Arc<dyn Metastore>, rules: A
             tracing::warn!(job = %id, error = %e, "could not save the report");
         }
         let Some(job) = job.upgrade() else { return };
+        history.record(&store, &id, &job.pipeline, &report).await;
         job.publish(Arc::new(report), seen);
     }
 }

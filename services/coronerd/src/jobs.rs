@@ -137,6 +137,19 @@ impl Jobs {
         Ok((pipeline, positions))
     }
 
+    /// Closes a job the store no longer holds (deleted by retention) and deletes its index.
+    pub async fn forget(&self, job: &JobId) -> Result<(), ServiceError> {
+        self.open.lock().await.remove(job);
+        let dir = self.data_dir.join("jobs").join(job.as_str());
+        tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(ServiceError::Internal(format!("delete the index of an expired job at {}: {e}", dir.display())))
+            }
+            _ => Ok(()),
+        })
+        .await?
+    }
+
     pub async fn open_jobs(&self) -> Vec<Arc<Job>> {
         self.open.lock().await.values().cloned().collect()
     }

@@ -7,6 +7,7 @@
 pub mod config;
 mod error;
 mod http;
+mod incidents;
 mod ingest;
 mod job;
 mod jobs;
@@ -14,6 +15,7 @@ mod live;
 pub mod metrics;
 mod otlp;
 mod query;
+mod retention;
 mod snapshots;
 mod views;
 
@@ -50,6 +52,7 @@ pub async fn start(
         .with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
     let metrics = Arc::new(metrics::Metrics::default());
     let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone()));
+    retention::spawn(jobs.clone(), config.retention, shutdown.clone());
     let snapshot_store = Arc::new(snapshots::SnapshotStore::new(config.data_dir.join("snapshots"), config.snapshot_cap_bytes)?);
 
     let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)

@@ -156,6 +156,7 @@ impl Query for QueryService {
         let id = job_id(&req.into_inner().job_id)?;
         let job = self.jobs.get(&id, false).await?;
         let report = job.current_report(&self.jobs.rules).await?;
+        let report = crate::incidents::with_history(&self.jobs.store, report).await;
         Ok(Response::new(report_response(&report)))
     }
 
@@ -264,6 +265,13 @@ impl Query for QueryService {
         rx.borrow_and_update();
         let first = job.current_report(&self.jobs.rules).await?;
         Ok(Response::new(Box::pin(watch_stream(first, rx, self.jobs.shutdown.clone()))))
+    }
+
+    async fn list_suspects(&self, req: Request<v1::ListSuspectsRequest>) -> Result<Response<v1::ListSuspectsResponse>, Status> {
+        let r = req.into_inner();
+        let since = (r.since_ns != 0).then_some(r.since_ns);
+        let list = crate::incidents::suspects(&self.jobs.store, since, r.all).await.map_err(ServiceError::from)?;
+        Ok(Response::new(v1::ListSuspectsResponse { suspects: list.into_iter().map(crate::incidents::suspect_to_wire).collect() }))
     }
 }
 

@@ -20,7 +20,8 @@ async fn job(s: &AppState, id: &str) -> Result<Arc<crate::job::Job>, ServiceErro
 pub async fn report_json(State(s): State<AppState>, Path(id): Path<String>) -> Response {
     let result = async {
         let j = job(&s, &id).await?;
-        j.current_report(&s.jobs.rules).await
+        let r = j.current_report(&s.jobs.rules).await?;
+        Ok::<_, ServiceError>(crate::incidents::with_history(&s.jobs.store, r).await)
     }
     .await;
     match result {

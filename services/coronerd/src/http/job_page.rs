@@ -14,7 +14,8 @@ const MAX_COLLECTIVE_ROWS: usize = 200;
 pub async fn handler(State(s): State<AppState>, Path(id): Path<String>) -> Response {
     let report = async {
         let j = s.jobs.get(&job_id(&id)?, false).await?;
-        j.current_report(&s.jobs.rules).await
+        let r = j.current_report(&s.jobs.rules).await?;
+        Ok::<_, crate::error::ServiceError>(crate::incidents::with_history(&s.jobs.store, r).await)
     }
     .await;
     match report {
@@ -146,6 +147,7 @@ pub fn render(r: &Report) -> String {
     let id = escape(&r.job_id);
     let mut out = format!("<p class=\"nav\"><a href=\"/\">jobs</a> / {id} · <a href=\"/jobs/{id}/report.json\">report.json</a></p><h1>job {id}</h1>");
     banner(r, &mut out);
+    super::similar::render(r, &mut out);
     out.push_str(&TIMELINE.replace("JOB", &id));
     out.push_str(&SEARCH.replace("JOB", &id));
     rest(r, &mut out);

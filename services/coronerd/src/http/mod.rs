@@ -8,6 +8,7 @@
 mod api;
 mod job_page;
 mod jobs_page;
+mod similar;
 
 use crate::error::ServiceError;
 use crate::jobs::Jobs;

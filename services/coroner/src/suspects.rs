@@ -1,0 +1,102 @@
+//! `coroner suspects`: the hosts and GPUs whose root-cause failures across jobs stand out, with
+//! the evidence, for a person or a scheduler's drain logic (`--json`). Exit status 0 either way.
+
+use crate::remote::{connect, parse_time, status_message};
+use coroner_model::{FaultClass, PastIncident, Rank, Suspect};
+use coroner_proto::v1;
+use std::process::ExitCode;
+
+/// `--since`: an RFC 3339 time, or how long ago (`7d`, `24h`, `90m`, `2w`).
+pub fn parse_since(s: &str, now_ns: i64) -> anyhow::Result<i64> {
+    let t = s.trim();
+    let units = [("w", 7 * 86_400), ("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)];
+    for (unit, secs) in units {
+        if let Some(n) = t.strip_suffix(unit).and_then(|n| n.parse::<u64>().ok()) {
+            let ago = i64::try_from(n.saturating_mul(secs).saturating_mul(1_000_000_000)).unwrap_or(i64::MAX);
+            return Ok(now_ns.saturating_sub(ago));
+        }
+    }
+    parse_time("--since", t).map_err(|_| {
+        anyhow::anyhow!("--since {s:?} is neither a time ago (7d, 24h, 90m) nor an RFC 3339 time (2024-05-01T12:00:00Z)")
+    })
+}
+
+fn from_wire(s: v1::Suspect) -> Suspect {
+    Suspect {
+        host: s.host,
+        gpu: (!s.gpu.is_empty()).then_some(s.gpu),
+        score: s.score,
+        expected: s.expected,
+        failures: s.failures,
+        hardware_failures: s.hardware_failures,
+        jobs_seen: s.jobs_seen,
+        flagged: s.flagged,
+        reason: s.reason,
+        incidents: s
+            .incidents
+            .into_iter()
+            .map(|i| PastIncident {
+                job_id: i.job_id,
+                time: i.time,
+                class: FaultClass::parse(&i.fault_class).unwrap_or(FaultClass::None),
+                same: true,
+                similarity: 1.0,
+                rank: i.rank.map(Rank),
+                host: None,
+                gpu: (!i.gpu.is_empty()).then_some(i.gpu),
+            })
+            .collect(),
+    }
+}
+
+pub async fn run(server: &str, since: Option<&str>, all: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let since_ns = since.map(|s| parse_since(s, now)).transpose()?;
+    let mut client = connect(server).await?;
+    let list: Vec<Suspect> = client
+        .list_suspects(v1::ListSuspectsRequest { since_ns: since_ns.unwrap_or(0), all })
+        .await
+        .map_err(status_message)?
+        .into_inner()
+        .suspects
+        .into_iter()
+        .map(from_wire)
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        println!("no host or GPU stands out{}", if all { " (no root-cause failures recorded)" } else { "" });
+    }
+    for s in &list {
+        let what = match &s.gpu {
+            Some(g) => format!("gpu {g} on {}", s.host),
+            None => format!("host {}", s.host),
+        };
+        println!("{} {what}: {}", if s.flagged { "SUSPECT" } else { "watch" }, s.reason);
+        for i in &s.incidents {
+            let rank = i.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+            let gpu = i.gpu.as_ref().filter(|_| s.gpu.is_none()).map(|g| format!(" GPU {g}")).unwrap_or_default();
+            println!("  - job {} [{}] {}{rank}{gpu}", i.job_id, i.time, i.class);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_since;
+
+    #[test]
+    fn since_takes_a_time_ago_or_an_rfc3339_time() {
+        let now = 10 * 86_400 * 1_000_000_000;
+        assert_eq!(parse_since("7d", now).ok(), Some(3 * 86_400 * 1_000_000_000));
+        assert_eq!(parse_since("1h", now).ok(), Some(now - 3600 * 1_000_000_000));
+        assert_eq!(parse_since("1970-01-02T00:00:00Z", now).ok(), Some(86_400 * 1_000_000_000));
+        assert!(parse_since("yesterday", now).unwrap_err().to_string().contains("neither a time ago"));
+    }
+}
