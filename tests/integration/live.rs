@@ -5,7 +5,8 @@
 //! - Through the real server and real agents: each rank's lines are printed again by a small
 //!   shell script at their captured times (twice as fast), under `coroner-agent`; `coroner watch
 //!   --json` must show the suspected hang on the culprit before the watchdog line would have been
-//!   printed, and nothing on the healthy jobs.
+//!   printed, and nothing on the healthy jobs; the job page shows it; and the culprit's agent,
+//!   asked for a stack dump, runs `py-spy dump` (a stand-in script here) and uploads it.
 
 use crate::served::free_port;
 use coroner_analysis::live::{replay, LiveConfig};
@@ -111,7 +112,7 @@ struct LiveJob {
 
 const SPEED: f64 = 2.0;
 
-fn start(bundle: &str, grpc: &str, spool: &Path, started: Instant) -> LiveJob {
+fn start(bundle: &str, grpc: &str, spool: &Path, tools: &Path, started: Instant) -> LiveJob {
     let path = data_dir().join("corpus").join(bundle);
     let c = Collected::load(&path);
     let lines: Vec<(Rank, Nanos, String, bool)> = c
@@ -154,12 +155,13 @@ fn start(bundle: &str, grpc: &str, spool: &Path, started: Instant) -> LiveJob {
             let script = replay_script(&lines, Rank(r), t0, SPEED, &dir);
             Command::new(binary("coroner-agent"))
                 .args(["run", "--job", &job, "--rank", &r.to_string(), "--world-size", &world.to_string()])
-                .args(["--server", grpc, "--flush-timeout", "5", "--no-snapshots", "--quiet"])
+                .args(["--server", grpc, "--flush-timeout", "2", "--quiet"])
                 .arg("--spool-dir")
                 .arg(spool)
                 .arg("--")
                 .arg("sh")
                 .arg(&script)
+                .env("PATH", path_with(tools))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -167,6 +169,47 @@ fn start(bundle: &str, grpc: &str, spool: &Path, started: Instant) -> LiveJob {
         })
         .collect();
     LiveJob { name: bundle.to_string(), agents, updates, watcher, quiet, culprit }
+}
+
+fn path_with(dir: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![dir.to_path_buf()];
+    dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    std::env::join_paths(dirs).expect("a PATH")
+}
+
+/// A stand-in for `py-spy` that prints a stack in its format.
+fn fake_py_spy(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("py-spy");
+    let script = "#!/bin/sh\necho \"Process $3: python worker.py\"\necho 'Thread 0x7F28588CB140 (idle): \"MainThread\"'\necho '    main (/opt/job/worker.py:88)'\n";
+    std::fs::write(&path, script).expect("write py-spy");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod py-spy");
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    raw
+}
+
+/// Waits for a stack snapshot of `rank` in the job's report.
+fn stack_of(grpc: &str, job: &str, rank: u64) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < deadline {
+        if let Ok(out) = Command::new(binary("coroner")).args(["--server", grpc, "report", job, "--json"]).output() {
+            let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let found = r["snapshots"].as_array().into_iter().flatten().find(|s| s["kind"] == "stack" && s["rank"].as_u64() == Some(rank));
+            if let Some(s) = found {
+                return s["name"].as_str().map(str::to_string);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    None
 }
 
 fn stop(mut j: LiveJob) {
@@ -203,10 +246,12 @@ fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog()
         assert!(Instant::now() < deadline, "coronerd did not come up");
         std::thread::sleep(Duration::from_millis(100));
     }
+    let tools = tempfile::tempdir().expect("tempdir");
+    fake_py_spy(tools.path());
     let started = Instant::now();
     let jobs: Vec<LiveJob> = ["nccl2_hang_r1", "gloo8_hang_r5", "nccl2_ok", "gloo4_slow_r2"]
         .iter()
-        .map(|b| start(b, &url, spool.path(), started))
+        .map(|b| start(b, &url, spool.path(), tools.path(), started))
         .collect();
     let mut failures = Vec::new();
     for mut j in jobs {
@@ -243,6 +288,15 @@ fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog()
                         }
                         if replay_s - last_line > 8.0 {
                             failures.push(format!("{}: {:.1} s after the culprit's last line", j.name, replay_s - last_line));
+                        }
+                        let culprit = u64::from(j.culprit.unwrap());
+                        let page = http_get(http, &format!("/jobs/live-{}", j.name));
+                        if !page.contains("id=\"live-findings\"") || !page.contains(&format!("data-rank=\"{culprit}\"")) {
+                            failures.push(format!("{}: the job page does not show the suspected hang", j.name));
+                        }
+                        match stack_of(&url, &format!("live-{}", j.name), culprit) {
+                            Some(name) => eprintln!("{}: the culprit's agent uploaded the stack dump {name}", j.name),
+                            None => failures.push(format!("{}: no stack dump of the culprit was uploaded", j.name)),
                         }
                     }
                     None => failures.push(format!("{}: no suspected hang before the watchdog line", j.name)),

@@ -147,6 +147,7 @@ pub fn render(r: &Report) -> String {
     let id = escape(&r.job_id);
     let mut out = format!("<p class=\"nav\"><a href=\"/\">jobs</a> / {id} · <a href=\"/jobs/{id}/report.json\">report.json</a></p><h1>job {id}</h1>");
     banner(r, &mut out);
+    super::live_findings::render(r, &mut out);
     super::similar::render(r, &mut out);
     out.push_str(&TIMELINE.replace("JOB", &id));
     out.push_str(&SEARCH.replace("JOB", &id));

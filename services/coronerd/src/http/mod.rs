@@ -8,6 +8,7 @@
 mod api;
 mod job_page;
 mod jobs_page;
+mod live_findings;
 mod similar;
 
 use crate::error::ServiceError;
