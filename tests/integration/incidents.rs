@@ -162,6 +162,14 @@ fn similar_incidents_and_suspect_hosts_across_imported_jobs() {
     assert_eq!(status, 200);
     assert!(page.contains("Similar past incidents") && page.contains("href=\"/jobs/oom-1\""), "{page}");
 
+    // Offline analysis compares with the same history when given the server's metastore.
+    let db = format!("sqlite:{}", s.data_path().join("coroner.db").display());
+    let out = s.coroner(&["analyze", corpus("nccl2_oom_r1").to_str().expect("utf-8"), "--json", "--history", &db]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offline: Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+    assert_eq!(offline["similar_incidents"]["signature"], sim["signature"], "the server and the CLI compute one signature");
+    assert_eq!(offline["similar_incidents"]["same"], 2, "{}", offline["similar_incidents"]);
+
     // `coroner suspects` names the bad host (and its GPU that threw the Xid), no healthy host.
     let out = s.coroner(&["suspects"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -45,6 +45,11 @@ impl Served {
         served
     }
 
+    /// The server's data dir (its SQLite metastore is `coroner.db` there).
+    pub fn data_path(&self) -> &std::path::Path {
+        self._data.path()
+    }
+
     pub fn coroner(&self, args: &[&str]) -> Output {
         Command::new(binary("coroner")).arg("--server").arg(&self.grpc_url).args(args).output().expect("run coroner")
     }

@@ -6,7 +6,7 @@ use coroner_pipeline::JobPipeline;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Path>, history: Option<&str>) -> anyhow::Result<ExitCode> {
     let rules = load_rules(rules)?;
     let job = job.unwrap_or_else(|| default_job_id(&paths[0]));
     let mut pipeline = JobPipeline::new(&job);
@@ -14,13 +14,30 @@ pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Pa
     for w in &summary.warnings {
         eprintln!("coroner: warning: {w}");
     }
-    let report = pipeline.report(&rules);
+    let mut report = pipeline.report(&rules);
+    if let Some(url) = history {
+        attach_history(&mut report, &pipeline, url)?;
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", coroner_analysis::text::render(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Links the earlier failures in a metastore (coronerd's database) that look like this one.
+fn attach_history(report: &mut coroner_model::Report, pipeline: &JobPipeline, url: &str) -> anyhow::Result<()> {
+    let evidence = pipeline.evidence();
+    let Some(sig) = coroner_analysis::signature::signature(report, Some(&evidence)) else { return Ok(()) };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let past = rt.block_on(async {
+        let store = coroner_store::connect(url).await.context("open the failure history (--history)")?;
+        let filter = coroner_store::SignatureFilter { class: Some(sig.class), ..Default::default() };
+        store.signatures(&filter).await.context("read the failure history")
+    })?;
+    report.similar_incidents = Some(coroner_analysis::history::similar_incidents(&report.job_id, &sig, &past));
+    Ok(())
 }
 
 pub fn load_rules(path: Option<&Path>) -> anyhow::Result<RuleSet> {

@@ -37,6 +37,10 @@ enum Command {
         /// A rules file tried before the shipped rules.
         #[arg(long, env = "CORONER_RULES")]
         rules: Option<PathBuf>,
+        /// Link earlier failures like this one from a metastore: coronerd's database URL
+        /// (sqlite:/var/lib/coroner/coroner.db, postgres://...). Read only.
+        #[arg(long)]
+        history: Option<String>,
     },
     /// Send a bundle or log files to coronerd as job ID.
     Import {
@@ -156,7 +160,7 @@ enum SnapshotCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Analyze { paths, json, job, rules } => analyze::run(&paths, json, job, rules.as_deref()),
+        Command::Analyze { paths, json, job, rules, history } => analyze::run(&paths, json, job, rules.as_deref(), history.as_deref()),
         Command::Import { paths, job, host, host_map } => import::Hosts::parse(host, &host_map)
             .and_then(|hosts| runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job, &hosts)))),
         Command::Suspects { since, all, json } => {
