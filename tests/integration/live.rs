@@ -9,7 +9,7 @@
 //!   asked for a stack dump, runs `py-spy dump` (a stand-in script here) and uploads it.
 
 use crate::served::free_port;
-use coroner_analysis::live::{replay, LiveConfig};
+use coroner_analysis::live::{replay, Feed, LiveConfig};
 use coroner_model::{Nanos, Rank};
 use coroner_tests::{binary, data_dir, truth, Collected};
 use std::io::{BufRead, BufReader, Write};
@@ -51,7 +51,8 @@ fn every_corpus_bundle_replayed_through_the_monitor() {
         let (verdict, culprit, class) = truth(&bundle);
         let (lines, ends) = lines_of(&bundle);
         let until = ends.iter().map(|e| e.1).max().unwrap_or(0);
-        let raised = replay(&lines, &ends, LiveConfig::default(), S / 10, until);
+        let feed = Feed { lines: lines.clone(), ends: ends.clone(), liveness: Vec::new() };
+        let raised = replay(&feed, LiveConfig::default(), S / 10, until);
         if verdict == "succeeded" {
             assert!(raised.is_empty(), "{name}: a healthy job raised {raised:?}");
         }

@@ -1,4 +1,4 @@
-//! Heartbeats: every [`PERIOD`], the rank process's CPU time to the server (`coroner.v1.Liveness`),
+//! Heartbeats: every [`PERIOD`], the rank process's CPU time and disk traffic to the server (`coroner.v1.Liveness`),
 //! so the server can tell a silent-but-busy rank (a checkpoint being written) from a silent idle
 //! one. When the server answers that it suspects this rank of hanging, the agent takes what stack
 //! dumps it can without stopping the process and leaves them in the snapshot folder, which the
@@ -42,6 +42,7 @@ pub async fn run(s: Settings) {
             at_ns: now_ns(),
             cpu_ns: cpu_time_ns(s.pid),
             gpu_util_pct: None,
+            io_bytes: io_bytes(s.pid),
         };
         match c.heartbeat(req).await {
             Ok(r) if r.get_ref().dump_stack => {
@@ -73,6 +74,16 @@ pub fn cpu_time_ns(pid: u32) -> Option<u64> {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let hz = u64::try_from(hz).ok().filter(|h| *h > 0)?;
     Some(ticks.saturating_mul(1_000_000_000) / hz)
+}
+
+/// Bytes read and written through system calls (`rchar + wchar` of `/proc/<pid>/io`).
+pub fn io_bytes(pid: u32) -> Option<u64> {
+    parse_io(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)
+}
+
+fn parse_io(text: &str) -> Option<u64> {
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok());
+    Some(field("rchar:")? + field("wchar:")?)
 }
 
 /// utime + stime, the 14th and 15th fields; the command name (2nd) may hold spaces and parentheses.
@@ -142,5 +153,7 @@ mod tests {
         assert_eq!(parse_cpu_ticks(stat), Some(300));
         assert_eq!(parse_cpu_ticks("garbage"), None);
         assert!(cpu_time_ns(std::process::id()).is_some(), "this process has a /proc entry");
+        assert_eq!(parse_io("rchar: 100\nwchar: 23\nsyscr: 5\n"), Some(123));
+        assert_eq!(parse_io("syscr: 5\n"), None);
     }
 }

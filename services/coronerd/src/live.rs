@@ -136,7 +136,7 @@ impl Liveness for LivenessService {
         let suspected = tokio::task::spawn_blocking(move || {
             let mut p = pipeline.lock().map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))?;
             if let Some(m) = p.live_mut() {
-                m.push_liveness(rank, r.at_ns, r.cpu_ns, r.gpu_util_pct);
+                m.push_liveness(rank, r.at_ns, r.cpu_ns, r.io_bytes, r.gpu_util_pct);
             }
             Ok::<_, ServiceError>(p.live_findings().iter().find(|f| f.rank == rank).map(|f| f.raised_at.clone()))
         })

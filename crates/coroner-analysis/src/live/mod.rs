@@ -14,7 +14,8 @@
 //!   `skip_first_steps` intervals left out (compilation, data loader warm-up). A rank's silence
 //!   threshold is `max(step_multiple x median, floor)`, longer after a line whose shape the job
 //!   has already shown to precede a long pause (checkpoint, evaluation), and longer again while
-//!   the rank's process is busy on the CPU.
+//!   the rank's process is busy on the CPU; a silent process that keeps moving data to or from
+//!   disk (writing a checkpoint) is working, not hanging.
 //! - **Suspects.** A rank silent past its threshold is suspected when most other ranks printed a
 //!   later step (`behind`); or when most ranks have also stopped progressing and this one stopped
 //!   somewhere else: at an earlier step, or after lines the others did not print (`diverged`);
@@ -29,4 +30,4 @@ pub mod shape;
 mod tests;
 
 pub use monitor::{LiveConfig, LiveMonitor};
-pub use replay::{replay, Raised};
+pub use replay::{replay, Feed, Liveness, Raised};

@@ -11,8 +11,11 @@ const RECENT: usize = 16;
 const PROGRESS: usize = 64;
 /// Learned pause lengths kept per job.
 const MAX_PAUSES: usize = 4096;
-/// CPU use, in cores, from which a silent process counts as busy.
+/// CPU use, in cores, from which a silent process counts as busy: its threshold is stretched.
 const BUSY_CORES: f64 = 0.5;
+/// Disk traffic, in bytes a second, from which a silent process counts as working (writing a
+/// checkpoint, reading a dataset shard): not suspected while it lasts.
+const WORKING_IO_BYTES_PER_S: f64 = 1_048_576.0;
 /// GPU utilisation (percent) under which a GPU is idle, and from which it is busy.
 const GPU_IDLE: u32 = 10;
 const GPU_BUSY: u32 = 50;
@@ -26,7 +29,8 @@ pub struct LiveConfig {
     pub floor_ns: Nanos,
     /// Leading step intervals left out of the median (compilation, warm-up).
     pub skip_first_steps: usize,
-    /// The threshold is multiplied by this while the silent process is busy on the CPU.
+    /// The threshold is multiplied by this while the silent process is busy on the CPU (a silent
+    /// process moving over 1 MiB/s to or from disk is not suspected at all).
     pub busy_factor: f64,
     /// Lines of evidence per finding.
     pub last_lines: usize,
@@ -67,7 +71,8 @@ struct RankLive {
     recent: VecDeque<Line>,
     lines: u64,
     ended: bool,
-    cpu: VecDeque<(Nanos, u64)>,
+    /// The last two liveness samples: (time, CPU ns, IO bytes).
+    samples: VecDeque<(Nanos, Option<u64>, Option<u64>)>,
     gpu_util: Option<u32>,
 }
 
@@ -162,14 +167,14 @@ impl LiveMonitor {
         self.ranks.entry(rank).or_default().ended = true;
     }
 
-    /// A liveness sample from the rank's agent: the process's CPU time, and its GPU's utilisation
-    /// when the agent samples it.
-    pub fn push_liveness(&mut self, rank: Rank, at: Nanos, cpu_ns: Option<u64>, gpu_util: Option<u32>) {
+    /// A liveness sample from the rank's agent: the process's CPU time and bytes read and written
+    /// so far, and its GPU's utilisation when the agent samples it.
+    pub fn push_liveness(&mut self, rank: Rank, at: Nanos, cpu_ns: Option<u64>, io_bytes: Option<u64>, gpu_util: Option<u32>) {
         let r = self.ranks.entry(rank).or_default();
-        if let Some(c) = cpu_ns {
-            r.cpu.push_back((at, c));
-            if r.cpu.len() > 2 {
-                r.cpu.pop_front();
+        if cpu_ns.is_some() || io_bytes.is_some() {
+            r.samples.push_back((at, cpu_ns, io_bytes));
+            if r.samples.len() > 2 {
+                r.samples.pop_front();
             }
         }
         if gpu_util.is_some() {
@@ -215,6 +220,9 @@ impl LiveMonitor {
             .collect();
         let mut out = Vec::new();
         for v in &views {
+            if activity(v.live) == Activity::Io {
+                continue;
+            }
             let silent = now - v.last_at;
             let threshold = self.threshold(v);
             if silent <= threshold {
@@ -264,7 +272,7 @@ impl LiveMonitor {
                 t = t.max(pause.saturating_mul(2));
             }
         }
-        if busy(v.live) {
+        if activity(v.live) == Activity::Cpu {
             t = (t as f64 * self.config.busy_factor) as Nanos;
         }
         t
@@ -425,10 +433,32 @@ fn clip(text: &str) -> String {
     }
 }
 
-fn busy(r: &RankLive) -> bool {
-    match (r.cpu.front(), r.cpu.back()) {
-        (Some(&(t0, c0)), Some(&(t1, c1))) if t1 > t0 => (c1.saturating_sub(c0)) as f64 / (t1 - t0) as f64 >= BUSY_CORES,
-        _ => false,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Activity {
+    /// Idle, or nothing known.
+    Idle,
+    /// At least half a core of CPU between the last two liveness samples.
+    Cpu,
+    /// At least 1 MiB/s to or from disk between them.
+    Io,
+}
+
+fn activity(r: &RankLive) -> Activity {
+    let (Some(&(t0, c0, io0)), Some(&(t1, c1, io1))) = (r.samples.front(), r.samples.back()) else { return Activity::Idle };
+    if t1 <= t0 {
+        return Activity::Idle;
+    }
+    let secs = (t1 - t0) as f64 / 1e9;
+    let rate = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => b.saturating_sub(a) as f64 / secs,
+        _ => 0.0,
+    };
+    if rate(io0, io1) >= WORKING_IO_BYTES_PER_S {
+        Activity::Io
+    } else if rate(c0, c1) / 1e9 >= BUSY_CORES {
+        Activity::Cpu
+    } else {
+        Activity::Idle
     }
 }
 

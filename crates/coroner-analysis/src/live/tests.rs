@@ -175,10 +175,13 @@ fn a_busy_process_gets_more_time() {
         m.push_line(Rank(*r), *t, text);
     }
     assert_eq!(m.evaluate(30 * S).len(), 1, "idle: suspected after 10 s");
-    m.push_liveness(Rank(1), 20 * S, Some(0), None);
-    m.push_liveness(Rank(1), 30 * S, Some(9 * S as u64), None);
+    m.push_liveness(Rank(1), 20 * S, Some(0), None, None);
+    m.push_liveness(Rank(1), 30 * S, Some(9 * S as u64), None, None);
     assert!(m.evaluate(30 * S).is_empty(), "busy at 0.9 cores: six times longer");
     assert_eq!(m.evaluate(80 * S).len(), 1);
+    m.push_liveness(Rank(1), 40 * S, Some(9 * S as u64), Some(0), None);
+    m.push_liveness(Rank(1), 50 * S, Some(9 * S as u64), Some(100 << 20), None);
+    assert!(m.evaluate(300 * S).is_empty(), "writing 10 MiB/s to disk is working, however long");
     m.push_end(Rank(1));
     assert!(m.evaluate(80 * S).is_empty(), "an ended process is not hanging");
 }
@@ -192,7 +195,7 @@ fn all_quiet_in_the_same_place_the_idle_gpu_is_the_suspect() {
     }
     assert!(m.evaluate(40 * S).is_empty(), "no GPU figures: nothing tells them apart");
     for r in 0..4 {
-        m.push_liveness(Rank(r), 39 * S, None, Some(if r == 3 { 0 } else { 100 }));
+        m.push_liveness(Rank(r), 39 * S, None, None, Some(if r == 3 { 0 } else { 100 }));
     }
     let f = m.evaluate(40 * S);
     assert_eq!(f.len(), 1, "{f:?}");
