@@ -87,7 +87,7 @@ fn close_means_same_class_and_a_similar_message_or_the_same_collective() {
     let d = sig(FaultClass::Segfault, &a.template, None);
     assert_eq!(compare(&a, &a), Some((true, 1.0)));
     let (same, s) = compare(&a, &b).expect("close");
-    assert!(!same && s >= CLOSE_SIMILARITY && s < 1.0, "{s}");
+    assert!(!same && (CLOSE_SIMILARITY..1.0).contains(&s), "{s}");
     assert_eq!(compare(&a, &c), None);
     assert_eq!(compare(&a, &d), None, "another class is never close");
     let h1 = sig(FaultClass::Hang, "rank stuck", Some("ALLREDUCE"));
