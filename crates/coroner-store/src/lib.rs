@@ -11,6 +11,7 @@
 mod backend;
 mod error;
 mod incidents;
+mod leases;
 mod postgres;
 mod records;
 mod rows;
@@ -19,6 +20,7 @@ mod sqlite;
 
 pub use error::StoreError;
 pub use incidents::{IncidentStore, SignatureFilter};
+pub use leases::{Lease, LeaseGrant, LeaseStore};
 pub use postgres::PostgresStore;
 pub use records::{JobFilter, JobRow, SessionRecord, SnapshotRecord};
 pub use sqlite::SqliteStore;
@@ -34,9 +36,10 @@ pub const VERDICT_RUNNING: &str = "running";
 ///
 /// Every operation that names a job other than [`Metastore::touch_job`] expects the job to
 /// have been touched first, and fails with [`StoreError::UnknownJob`] otherwise. The history of
-/// failures across jobs ([`IncidentStore`]) comes with every metastore.
+/// failures across jobs ([`IncidentStore`]) and job ownership leases ([`LeaseStore`]) come with
+/// every metastore.
 #[async_trait]
-pub trait Metastore: IncidentStore + Send + Sync {
+pub trait Metastore: IncidentStore + LeaseStore + Send + Sync {
     /// Records a job, or updates it: `last_seen_ns` and `world_size` only grow,
     /// `first_seen_ns` only shrinks.
     async fn touch_job(

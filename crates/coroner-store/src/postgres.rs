@@ -3,10 +3,14 @@
 
 use crate::backend::impl_metastore;
 use crate::incidents::impl_incident_store;
+use crate::leases::impl_lease_store;
 use crate::error::redact_url;
 use crate::StoreError;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use std::time::Duration;
+
+/// The database's clock, in ns since the Unix epoch (job leases are timed by it).
+const NOW_NS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000000)::BIGINT";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
@@ -49,3 +53,4 @@ impl PostgresStore {
 
 impl_metastore!(PostgresStore);
 impl_incident_store!(PostgresStore);
+impl_lease_store!(PostgresStore, NOW_NS);

@@ -3,6 +3,7 @@
 
 use crate::backend::impl_metastore;
 use crate::incidents::impl_incident_store;
+use crate::leases::impl_lease_store;
 use crate::error::redact_url;
 use crate::StoreError;
 use sqlx::sqlite::{
@@ -10,6 +11,9 @@ use sqlx::sqlite::{
 };
 use std::str::FromStr;
 use std::time::Duration;
+
+/// The database's clock, in ns since the Unix epoch (job leases are timed by it).
+const NOW_NS: &str = "CAST((julianday('now') - 2440587.5) * 86400000000000.0 AS INTEGER)";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
@@ -68,3 +72,4 @@ impl SqliteStore {
 
 impl_metastore!(SqliteStore);
 impl_incident_store!(SqliteStore);
+impl_lease_store!(SqliteStore, NOW_NS);

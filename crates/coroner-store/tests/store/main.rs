@@ -8,6 +8,7 @@
 
 mod backends;
 mod incidents;
+mod leases;
 mod suite;
 
 use backends::{with_postgres, with_sqlite};
@@ -47,6 +48,10 @@ all_backends!(
     signatures_round_trip_newest_first_and_keep_their_first_time,
     job_hosts_are_replaced_per_job,
     retention_deletes_jobs_but_keeps_their_signatures,
+    a_lease_is_exclusive_while_it_lives,
+    an_expired_lease_is_taken_over_with_a_new_epoch,
+    renewing_extends_and_releasing_frees_without_resetting_the_epoch,
+    concurrent_acquires_grant_one_owner,
 );
 
 mod single_backend {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 pub type Store = Arc<dyn Metastore>;
 
 pub use crate::incidents::*;
+pub use crate::leases::*;
 
 fn job(s: &str) -> JobId {
     JobId::parse(s).expect("valid job id")
