@@ -19,12 +19,22 @@ pub struct Lease {
     pub job_id: String,
     /// The owning instance's id.
     pub owner: String,
-    /// Where the owner serves (its advertised gRPC address; agents are sent there).
-    pub address: String,
+    /// Where the owner serves gRPC (agents and gRPC queries are sent there).
+    pub grpc_address: String,
+    /// Where the owner serves HTTP (the web pages and JSON API redirect there).
+    pub http_address: String,
     /// The fencing token: grows with every change of hands.
     pub epoch: i64,
     /// When the lease expires, on the database's clock (ns since the Unix epoch).
     pub expires_ns: i64,
+}
+
+/// Who asks for a lease: an instance id and where it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimant {
+    pub owner: String,
+    pub grpc_address: String,
+    pub http_address: String,
 }
 
 /// The answer to [`LeaseStore::acquire_lease`].
@@ -39,9 +49,9 @@ pub enum LeaseGrant {
 /// Job ownership among coronerd instances. Part of every [`crate::Metastore`].
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
-    /// Takes the job's lease for `owner` for `ttl`, atomically, when nobody holds it, its lease
-    /// expired, or `owner` holds it already (then it is extended and keeps its epoch).
-    async fn acquire_lease(&self, job: &JobId, owner: &str, address: &str, ttl: Duration) -> Result<LeaseGrant, StoreError>;
+    /// Takes the job's lease for `who.owner` for `ttl`, atomically, when nobody holds it, its lease
+    /// expired, or `who.owner` holds it already (then it is extended and keeps its epoch).
+    async fn acquire_lease(&self, job: &JobId, who: &Claimant, ttl: Duration) -> Result<LeaseGrant, StoreError>;
     /// Extends a live lease that `owner` holds at `epoch`; `None` when it is no longer theirs
     /// (expired, or taken over).
     async fn renew_lease(&self, job: &JobId, owner: &str, epoch: i64, ttl: Duration) -> Result<Option<Lease>, StoreError>;
@@ -51,16 +61,18 @@ pub trait LeaseStore: Send + Sync {
     async fn lease_holder(&self, job: &JobId) -> Result<Option<Lease>, StoreError>;
 }
 
-const LEASE_COLUMNS: &str = "job_id, owner, address, epoch, expires_ns";
+const LEASE_COLUMNS: &str = "job_id, owner, grpc_address, http_address, epoch, expires_ns";
 
 /// `now` is the backend's SQL expression for its clock in ns.
 pub(crate) fn acquire(now: &str) -> String {
     format!(
-        "INSERT INTO job_leases (job_id, owner, address, epoch, expires_ns) VALUES ($1, $2, $3, 1, {now} + $4)
+        "INSERT INTO job_leases (job_id, owner, grpc_address, http_address, epoch, expires_ns)
+         VALUES ($1, $2, $3, $4, 1, {now} + $5)
          ON CONFLICT (job_id) DO UPDATE SET
              epoch = CASE WHEN job_leases.owner = excluded.owner AND job_leases.expires_ns > {now}
                           THEN job_leases.epoch ELSE job_leases.epoch + 1 END,
-             owner = excluded.owner, address = excluded.address, expires_ns = excluded.expires_ns
+             owner = excluded.owner, grpc_address = excluded.grpc_address,
+             http_address = excluded.http_address, expires_ns = excluded.expires_ns
          WHERE job_leases.owner = excluded.owner OR job_leases.expires_ns <= {now}
          RETURNING {LEASE_COLUMNS}"
     )
@@ -86,7 +98,8 @@ pub(crate) fn lease_row(row: &impl Get) -> Result<Lease, StoreError> {
     Ok(Lease {
         job_id: row.get_string("job_id")?,
         owner: row.get_string("owner")?,
-        address: row.get_string("address")?,
+        grpc_address: row.get_string("grpc_address")?,
+        http_address: row.get_string("http_address")?,
         epoch: row.get_i64("epoch")?,
         expires_ns: row.get_i64("expires_ns")?,
     })
@@ -106,15 +119,15 @@ macro_rules! impl_lease_store {
             async fn acquire_lease(
                 &self,
                 job: &coroner_model::JobId,
-                owner: &str,
-                address: &str,
+                who: &$crate::leases::Claimant,
                 ttl: std::time::Duration,
             ) -> Result<$crate::leases::LeaseGrant, $crate::StoreError> {
                 let err = |e| $crate::StoreError::query("take the job's lease", job.as_str(), e);
                 let granted = sqlx::query(&$crate::leases::acquire($now))
                     .bind(job.as_str())
-                    .bind(owner)
-                    .bind(address)
+                    .bind(&who.owner)
+                    .bind(&who.grpc_address)
+                    .bind(&who.http_address)
                     .bind($crate::leases::ttl_param(ttl))
                     .fetch_optional(&self.pool)
                     .await
@@ -128,8 +141,9 @@ macro_rules! impl_lease_store {
                     None => {
                         let row = sqlx::query(&$crate::leases::acquire($now))
                             .bind(job.as_str())
-                            .bind(owner)
-                            .bind(address)
+                            .bind(&who.owner)
+                            .bind(&who.grpc_address)
+                            .bind(&who.http_address)
                             .bind($crate::leases::ttl_param(ttl))
                             .fetch_optional(&self.pool)
                             .await

@@ -20,7 +20,7 @@ mod sqlite;
 
 pub use error::StoreError;
 pub use incidents::{IncidentStore, SignatureFilter};
-pub use leases::{Lease, LeaseGrant, LeaseStore};
+pub use leases::{Claimant, Lease, LeaseGrant, LeaseStore};
 pub use postgres::PostgresStore;
 pub use records::{JobFilter, JobRow, SessionRecord, SnapshotRecord};
 pub use sqlite::SqliteStore;
