@@ -25,10 +25,10 @@ const EXPLAINED_BY_HARDWARE: [FaultClass; 6] = [
 ];
 
 /// (domain, bus, device) of a PCI address.
-type PciSlot = (u32, u32, u32);
+pub(crate) type PciSlot = (u32, u32, u32);
 
 /// `0000:3b:00` or `0000:3b:00.0` (Xid, nvidia-smi) -> (0, 0x3b, 0).
-fn slot_of_address(addr: &str) -> Option<PciSlot> {
+pub(crate) fn slot_of_address(addr: &str) -> Option<PciSlot> {
     let addr = addr.trim().trim_start_matches("PCI:");
     let mut parts = addr.split(':');
     let (a, b, c) = (parts.next()?, parts.next()?, parts.next());
@@ -42,7 +42,7 @@ fn slot_of_address(addr: &str) -> Option<PciSlot> {
 
 /// NCCL's `busId 3b000`: the hex digits of `0000:3b:00.0` run together (domain, bus, device,
 /// function), leading zeros dropped.
-fn slot_of_nccl_bus_id(id: &str) -> Option<PciSlot> {
+pub(crate) fn slot_of_nccl_bus_id(id: &str) -> Option<PciSlot> {
     if id.contains(':') {
         return slot_of_address(id);
     }

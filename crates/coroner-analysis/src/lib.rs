@@ -13,6 +13,7 @@ mod diagnose;
 pub mod evidence;
 pub mod live;
 mod findings;
+mod gpu_memory;
 mod hang;
 mod hardware;
 pub mod history;

@@ -5,6 +5,7 @@ use crate::classified::ClassifiedJob;
 use crate::clock::{ClockModel, UNKNOWN_UNCERTAINTY_NS};
 use crate::diagnose::{Diagnosis, FirstFinding};
 use crate::evidence::JobEvidence;
+use crate::gpu_memory;
 use crate::pace;
 use crate::progress::Progress;
 use crate::rules::RuleSet;
@@ -42,6 +43,9 @@ pub fn build(
         ));
     }
     notes.extend(pace::slowdown_note(evidence));
+    if let Some(m) = diagnosis.first.as_ref().and_then(|f| f.rank).and_then(|r| gpu_memory::summary(evidence, clock, r)) {
+        notes.push(format!("the culprit's {}", gpu_memory::describe(&m)));
+    }
     let culprit = diagnosis.first.as_ref().and_then(|f| f.rank);
     let culprit_ns = diagnosis.first.as_ref().and_then(|f| f.aligned_ns);
     let mut cascade = cascade::build(evidence, job, rules, clock, progress, culprit, culprit_ns);
@@ -179,6 +183,7 @@ fn rank_summaries(
                 last_step,
                 lines: ev.map(|e| e.lines).unwrap_or(0),
                 role: role.to_string(),
+                gpu_memory: gpu_memory::summary(evidence, clock, rank),
                 clock: ClockEstimate {
                     uncertainty_ns: if est.uncertainty_ns >= UNKNOWN_UNCERTAINTY_NS { -1 } else { est.uncertainty_ns },
                     ..est

@@ -151,6 +151,8 @@ pub enum EventKind {
     SchedulerEnd { message: String },
     /// A warning that matters to a person but not to the verdict.
     Warning { message: String },
+    /// The agent's periodic sample of a GPU's memory and utilisation.
+    GpuSample(crate::GpuSample),
 }
 
 impl EventKind {
@@ -180,6 +182,7 @@ impl EventKind {
             EventKind::OomKill { .. } => "oom_kill",
             EventKind::SchedulerEnd { .. } => "scheduler_end",
             EventKind::Warning { .. } => "warning",
+            EventKind::GpuSample(_) => "gpu_sample",
         }
     }
 

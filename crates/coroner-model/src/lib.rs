@@ -7,6 +7,7 @@
 mod class;
 mod clock;
 mod event;
+mod gpu;
 mod ids;
 mod incident;
 mod line;
@@ -20,6 +21,7 @@ pub use clock::ClockSample;
 pub use event::{
     CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef,
 };
+pub use gpu::{GpuSample, GPU_QUERY_FIELDS, GPU_SAMPLE_PREFIX};
 pub use ids::{HostId, JobId, PgId, Rank, SeqNo};
 pub use incident::{
     FailureSignature, HostCount, JobHosts, PastIncident, RecordedFailure, SimilarIncidents, Suspect,
@@ -28,7 +30,7 @@ pub use line::{LogLine, Stream};
 pub use live::SuspectedHang;
 pub use process::{ProcessEnd, ProcessEndCause};
 pub use report::{
-    CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, RankSummary, Report,
+    CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, GpuMemory, RankSummary, Report,
     SnapshotSummary, REPORT_FORMAT_VERSION,
 };
 pub use time::{format_rfc3339_ns, Nanos};

@@ -104,6 +104,26 @@ pub struct RankSummary {
     pub lines: u64,
     pub role: String,
     pub clock: ClockEstimate,
+    /// The rank's GPU memory over the agent's samples, when it sampled: first, peak and last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory: Option<GpuMemory>,
+}
+
+/// A rank's GPU memory as the agent sampled it while the job ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuMemory {
+    /// PCI bus id of the rank's GPU.
+    pub bus: String,
+    pub samples: u32,
+    pub first_mib: u64,
+    pub peak_mib: u64,
+    pub last_mib: u64,
+    pub total_mib: u64,
+    /// RFC 3339 on the aligned clock: the first and the last sample.
+    pub from: String,
+    pub to: String,
+    /// Utilisation in percent at the last sample, where the driver reports it.
+    pub last_util_pct: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -255,6 +255,8 @@ impl RankParser {
                     }
                 }
             }
+        } else if let Some(sample) = coroner_model::GpuSample::from_line(t) {
+            ks.push(EventKind::GpuSample(sample));
         } else if let Some(k) = launcher::slurm(t) {
             ks.push(k);
         } else if self.lines.saturating_sub(self.last_bare_at) < DEDUP_WINDOW

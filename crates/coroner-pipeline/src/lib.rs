@@ -332,3 +332,34 @@ mod launcher_end_tests {
         assert_ne!(p.report(&RuleSet::builtin()).verdict, coroner_model::Verdict::Succeeded);
     }
 }
+
+#[cfg(test)]
+mod gpu_sample_tests {
+    use super::*;
+    use coroner_model::GpuSample;
+
+    #[test]
+    fn the_agents_gpu_samples_reach_the_rank_summary_and_the_culprits_note() {
+        let mut p = JobPipeline::new("j");
+        p.set_world_size(2);
+        let line = |rank: u32, stream: Stream, seq: u64, at_s: i64, text: String| LogLine {
+            rank: Some(Rank(rank)),
+            stream,
+            seq,
+            capture_ns: 1_790_000_000_000_000_000 + at_s * 1_000_000_000,
+            bytes: text.into_bytes(),
+        };
+        for (i, used) in [2_000u64, 40_000, 90_000, 139_000].iter().enumerate() {
+            let s = GpuSample { index: Some(1), bus: "00000000:3B:00.0".into(), used_mib: *used, total_mib: 143_771, util_pct: Some(99) };
+            p.push_line(line(1, Stream::File, i as u64, 10 * i as i64, s.to_line()));
+        }
+        p.push_line(line(1, Stream::Stderr, 0, 31, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB".into()));
+        p.add_end(ProcessEnd { rank: Rank(1), exit_code: Some(1), signal: None, at_ns: None });
+        p.set_finished(true);
+        let report = p.report(&RuleSet::builtin());
+        assert_eq!(report.first_failure.as_ref().and_then(|f| f.rank), Some(Rank(1)));
+        let m = report.ranks.iter().find(|r| r.rank == Rank(1)).and_then(|r| r.gpu_memory.clone()).expect("GPU memory for rank 1");
+        assert_eq!((m.samples, m.first_mib, m.last_mib), (4, 2_000, 139_000));
+        assert!(report.notes.iter().any(|n| n.starts_with("the culprit's GPU 00000000:3B:00.0 memory 2.0 GiB -> 135.7 GiB")), "{:?}", report.notes);
+    }
+}
