@@ -5,6 +5,10 @@
 //! - **Polling:** every 500 ms; a file is shipped once its size and modification time held still
 //!   for one poll (a dump being written is not shipped half-way). At the end every file is taken
 //!   as it is.
+//! - **Resumable, deduplicated:** before sending, `SnapshotStatus` says whether the server already
+//!   holds the content (then nothing is sent) or how much of an interrupted upload it kept (then
+//!   the upload resumes there). The files themselves are the spool: they stay in the agent's
+//!   spool folder, and an agent restarted for the same job and rank finds and ships them.
 //! - **Size cap:** only the first `cap` bytes are sent (a core can be gigabytes); the header's
 //!   `size` and `sha256` describe the bytes sent and `original_size` the whole file, so the
 //!   server's end-to-end hash check holds.
@@ -185,13 +189,26 @@ async fn upload(
         captured_ns: mtime.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0),
         original_size: (full > bytes.len() as u64).then_some(full),
     };
+    // Bytes the server has need not travel again: all of them (the content is stored, perhaps
+    // from another job), or the start of an upload a broken connection or a restart cut short.
+    let status = client.snapshot_status(v1::SnapshotStatusRequest { session_id: session.to_string(), header: Some(header.clone()) });
+    let mut offset: usize = match tokio::time::timeout(Duration::from_secs(30), status).await {
+        Ok(Ok(r)) if r.get_ref().stored => return Ok(name),
+        Ok(Ok(r)) => (r.get_ref().resume_offset as usize).min(bytes.len()),
+        // A server from before SnapshotStatus: send everything.
+        Ok(Err(st)) if st.code() == tonic::Code::Unimplemented => 0,
+        Ok(Err(st)) if st.code() == tonic::Code::InvalidArgument => return Err(Failure::Refused(st.message().to_string())),
+        Ok(Err(st)) => return Err(Failure::Retry(st.to_string())),
+        Err(_) => return Err(Failure::Retry("SnapshotStatus timed out".into())),
+    };
+    // At the end already (the stream broke before the server could finish): one empty last chunk.
+    let first = offset;
     let mut chunks = Vec::new();
-    let mut offset = 0usize;
     loop {
         let end = (offset + CHUNK).min(bytes.len());
         chunks.push(v1::SnapshotChunk {
             session_id: session.to_string(),
-            header: (offset == 0).then(|| header.clone()),
+            header: (offset == first).then(|| header.clone()),
             offset: offset as u64,
             data: bytes[offset..end].to_vec(),
             last: end == bytes.len(),

@@ -43,6 +43,9 @@ impl Ingest for Fake {
         self.exits.lock().unwrap().push(r.into_inner());
         Ok(Response::new(v1::ExitAck {}))
     }
+    async fn snapshot_status(&self, _: Request<v1::SnapshotStatusRequest>) -> Result<Response<v1::SnapshotStatusResponse>, Status> {
+        Err(Status::unimplemented("a server from before SnapshotStatus"))
+    }
     async fn upload_snapshot(&self, _: Request<Streaming<v1::SnapshotChunk>>) -> Result<Response<v1::SnapshotAck>, Status> {
         Err(Status::unimplemented("not in this test"))
     }

@@ -32,6 +32,9 @@ impl Ingest for Fake {
     async fn report_exit(&self, _: Request<v1::ProcessExit>) -> Result<Response<v1::ExitAck>, Status> {
         Ok(Response::new(v1::ExitAck {}))
     }
+    async fn snapshot_status(&self, _: Request<v1::SnapshotStatusRequest>) -> Result<Response<v1::SnapshotStatusResponse>, Status> {
+        Err(Status::unimplemented("a server from before SnapshotStatus"))
+    }
     async fn upload_snapshot(&self, r: Request<Streaming<v1::SnapshotChunk>>) -> Result<Response<v1::SnapshotAck>, Status> {
         let mut chunks = r.into_inner();
         let (mut header, mut data) = (None, Vec::new());
@@ -158,4 +161,23 @@ async fn no_snapshots_leaves_the_environment_alone() {
     let out = run_agent(server, dir.path(), &["--no-snapshots"], script).await;
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(fake.uploads.lock().unwrap().is_empty());
+}
+
+/// The snapshot folder is the snapshots' spool: a file an agent could not ship (its server was
+/// away) stays in the agent's spool folder, and the next agent for the same job and rank ships it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_left_by_an_agent_whose_server_was_away_is_shipped_by_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let nobody = format!("http://127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let script = "printf 'Fatal Python error: Aborted\\n' > \"$CORONER_SNAPSHOT_DIR/rank1.stack.txt\"; exit 134".to_string();
+    let out = run_agent(nobody, dir.path(), &["--flush-timeout", "1"], script).await;
+    assert_eq!(out.status.code(), Some(134), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let (fake, server) = serve().await;
+    let out = run_agent(server, dir.path(), &[], "exit 0".to_string()).await;
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let uploads = fake.uploads.lock().unwrap().clone();
+    let names: Vec<&str> = uploads.iter().map(|(h, _)| h.name.as_str()).collect();
+    assert_eq!(names, ["snapshots/rank1.stack.txt"]);
+    assert_eq!(uploads[0].1, b"Fatal Python error: Aborted\n");
 }

@@ -5,7 +5,9 @@ use crate::job::Job;
 use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::snapshots::SnapshotStore;
-use coroner_model::{ClockSample, JobId, ProcessEnd, Rank, SnapshotSummary};
+
+mod snapshot_upload;
+use coroner_model::{ClockSample, JobId, ProcessEnd, Rank};
 use coroner_proto::convert::line_from_wire;
 use coroner_proto::v1::{self, ingest_server::Ingest};
 use coroner_store::SessionRecord;
@@ -185,21 +187,27 @@ impl Ingest for IngestService {
         Ok(Response::new(v1::ExitAck {}))
     }
 
+    async fn snapshot_status(&self, req: Request<v1::SnapshotStatusRequest>) -> Result<Response<v1::SnapshotStatusResponse>, Status> {
+        self.snapshot_status_of(req.into_inner()).await.map(Response::new)
+    }
+
     async fn upload_snapshot(&self, req: Request<Streaming<v1::SnapshotChunk>>) -> Result<Response<v1::SnapshotAck>, Status> {
         let mut chunks = req.into_inner();
         let mut upload = None;
         let mut session = None;
+        let mut complete = false;
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk?;
             if session.is_none() {
                 session = Some(self.session(&chunk.session_id)?);
             }
             if let Some(h) = chunk.header.clone() {
-                upload = Some(self.snapshots.begin(h)?);
+                upload = Some(self.snapshots.begin(h, chunk.offset)?);
             }
             let u = upload.as_mut().ok_or_else(|| ServiceError::InvalidArgument("the first chunk must carry the snapshot header".into()))?;
             u.write(chunk.offset, &chunk.data)?;
             if chunk.last {
+                complete = true;
                 break;
             }
         }
@@ -207,46 +215,13 @@ impl Ingest for IngestService {
             (Some(s), Some(u)) => (s, u),
             _ => return Err(ServiceError::InvalidArgument("empty snapshot upload".into()).into()),
         };
-        let stored = upload.finish()?;
-        let record = coroner_store::SnapshotRecord {
-            job_id: session.job.id.clone(),
-            rank: stored.header.rank.map(Rank).or(session.rank),
-            kind: stored.header.kind.clone(),
-            name: stored.header.name.clone(),
-            size: stored.header.original_size.unwrap_or(stored.header.size).max(stored.header.size),
-            sha256: stored.header.sha256.clone(),
-            captured_ns: stored.header.captured_ns,
-            stored_bytes: stored.stored_bytes,
-        };
-        let fresh = self.jobs.store.add_snapshot(&record).await.map_err(ServiceError::from)?;
-        if fresh {
-            self.metrics.snapshots.fetch_add(1, Relaxed);
-            // Reading a snapshot (a pickle, a zip, XML) is parsing work: off the runtime.
-            let path = self.snapshots.path_of(&record.sha256);
-            let (kind, name, size) = (record.kind.clone(), record.name.clone(), record.size);
-            let facts = tokio::task::spawn_blocking(move || match path.map(std::fs::read) {
-                Some(Ok(bytes)) => coroner_snapshot::facts(&kind, &name, &bytes, size),
-                Some(Err(e)) => coroner_snapshot::Facts { highlights: vec![format!("unreadable: {e}")], ..Default::default() },
-                None => coroner_snapshot::Facts::default(),
-            })
-            .await
-            .unwrap_or_default();
-            session.job.update(|p| {
-                if let Some(rank) = record.rank {
-                    p.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
-                }
-                p.add_hardware_lines(record.rank, facts.hardware);
-                p.add_snapshot(SnapshotSummary {
-                    rank: record.rank,
-                    kind: record.kind.clone(),
-                    name: record.name.clone(),
-                    size: record.size,
-                    sha256: record.sha256.clone(),
-                    highlights: facts.highlights,
-                })
-            });
+        if !complete {
+            // The bytes so far stay: SnapshotStatus tells the agent where to resume.
+            return Err(ServiceError::Unavailable("the snapshot upload ended before its last chunk; ask SnapshotStatus where to resume".into()).into());
         }
-        Ok(Response::new(v1::SnapshotAck { snapshot_id: record.sha256, deduplicated: !fresh || stored.deduplicated }))
+        let stored = upload.finish()?;
+        let fresh = self.file_snapshot(&session, &stored.header, stored.stored_bytes).await?;
+        Ok(Response::new(v1::SnapshotAck { snapshot_id: stored.header.sha256.clone(), deduplicated: !fresh || stored.deduplicated }))
     }
 }
 

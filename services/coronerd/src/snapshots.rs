@@ -1,6 +1,13 @@
 //! Content-addressed snapshot storage: `<data>/snapshots/<sha[0..2]>/<sha256>`. An upload is
-//! written to a temporary file, its sha256 checked against the header, and renamed into place;
-//! a file already stored is not written twice. Bytes beyond the cap are not kept (the metadata is).
+//! written to `<data>/snapshots/partial/<sha256>`, its sha256 checked against the header, and
+//! renamed into place; a file already stored is not written twice. Bytes beyond the cap are not
+//! kept (the metadata is).
+//!
+//! **Resumable:** a partial upload outlives a broken stream (an agent that lost its connection or
+//! restarted); [`SnapshotStore::status`] tells an agent the content is already stored (then no
+//! bytes travel) or from which offset to resume, and [`SnapshotStore::begin`] accepts a first
+//! chunk at that offset, re-reading the partial bytes into the hash. One upload per content at a
+//! time: a second one for the same sha256 is told to retry.
 
 use crate::error::ServiceError;
 use coroner_proto::v1::SnapshotHeader;
@@ -11,11 +18,23 @@ use std::path::PathBuf;
 pub struct SnapshotStore {
     root: PathBuf,
     cap: u64,
+    /// Contents being uploaded now: their partial files are in use.
+    in_flight: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+/// What the store holds of one content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    Stored,
+    /// Nothing, or the first `n` bytes of an interrupted upload: resume at `n`.
+    ResumeAt(u64),
 }
 
 pub struct Upload {
     header: SnapshotHeader,
-    tmp: tempfile_path::TempPath,
+    /// Released (the partial file kept for a resume) when the upload ends, done or not.
+    _claim: Claim,
+    partial: PathBuf,
     file: std::fs::File,
     hasher: Sha256,
     received: u64,
@@ -30,14 +49,16 @@ pub struct Stored {
     pub deduplicated: bool,
 }
 
-mod tempfile_path {
-    /// A temporary file removed when dropped unless kept.
-    pub struct TempPath(pub Option<std::path::PathBuf>);
-    impl Drop for TempPath {
-        fn drop(&mut self) {
-            if let Some(p) = self.0.take() {
-                let _ = std::fs::remove_file(p);
-            }
+/// The right to write one content's partial file.
+struct Claim {
+    sha256: String,
+    in_flight: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Ok(mut set) = self.in_flight.lock() {
+            set.remove(&self.sha256);
         }
     }
 }
@@ -48,34 +69,68 @@ fn valid_sha(s: &str) -> bool {
 
 impl SnapshotStore {
     pub fn new(root: PathBuf, cap: u64) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(root.join("tmp"))?;
-        Ok(SnapshotStore { root, cap })
+        std::fs::create_dir_all(root.join("partial"))?;
+        Ok(SnapshotStore { root, cap, in_flight: Default::default() })
     }
 
     pub fn path_of(&self, sha256: &str) -> Option<PathBuf> {
         valid_sha(sha256).then(|| self.root.join(&sha256[..2]).join(sha256))
     }
 
-    pub fn begin(&self, header: SnapshotHeader) -> Result<Upload, ServiceError> {
+    /// Bytes of one content kept at most.
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    fn partial_of(&self, sha256: &str) -> PathBuf {
+        self.root.join("partial").join(sha256)
+    }
+
+    /// Whether the content is stored, else where an upload of it may start.
+    pub fn status(&self, sha256: &str) -> Result<Holding, ServiceError> {
+        let path = self.path_of(sha256).ok_or_else(|| ServiceError::InvalidArgument(format!("{sha256:?} is not a sha256 (64 lowercase hex digits)")))?;
+        if path.exists() {
+            return Ok(Holding::Stored);
+        }
+        let partial = std::fs::metadata(self.partial_of(sha256)).map(|m| m.len()).unwrap_or(0);
+        // Past the cap the partial file no longer holds every byte received: start over.
+        Ok(Holding::ResumeAt(if partial < self.cap { partial } else { 0 }))
+    }
+
+    /// Starts (offset 0) or resumes (offset = what [`SnapshotStore::status`] said) an upload.
+    pub fn begin(&self, header: SnapshotHeader, offset: u64) -> Result<Upload, ServiceError> {
         if !valid_sha(&header.sha256) {
             return Err(ServiceError::InvalidArgument(format!("snapshot {:?}: sha256 must be 64 lowercase hex digits", header.name)));
         }
         if header.name.is_empty() || header.name.contains("..") || header.name.starts_with('/') || header.name.contains('\0') {
             return Err(ServiceError::InvalidArgument(format!("snapshot name {:?} is not a safe relative name", header.name)));
         }
+        let claim = {
+            let mut set = self.in_flight.lock().map_err(|_| ServiceError::Internal("snapshot registry poisoned".into()))?;
+            if !set.insert(header.sha256.clone()) {
+                return Err(ServiceError::Unavailable(format!("snapshot {:?} is being uploaded by another agent; retry", header.name)));
+            }
+            Claim { sha256: header.sha256.clone(), in_flight: self.in_flight.clone() }
+        };
         let final_path = self.root.join(&header.sha256[..2]).join(&header.sha256);
-        let tmp = self.root.join("tmp").join(uuid::Uuid::new_v4().to_string());
-        let file = std::fs::File::create(&tmp).map_err(|e| ServiceError::Internal(format!("create {}: {e}", tmp.display())))?;
-        Ok(Upload {
-            header,
-            tmp: tempfile_path::TempPath(Some(tmp)),
-            file,
-            hasher: Sha256::new(),
-            received: 0,
-            kept: 0,
-            final_path,
-            cap: self.cap,
-        })
+        let partial = self.partial_of(&header.sha256);
+        let io = |what: &str, e: std::io::Error| ServiceError::Unavailable(format!("{what} {}: {e}", partial.display()));
+        let mut hasher = Sha256::new();
+        let file = if offset == 0 {
+            std::fs::File::create(&partial).map_err(|e| io("create", e))?
+        } else {
+            let have = std::fs::read(&partial).map_err(|e| io("read", e))?;
+            if have.len() as u64 != offset || offset >= self.cap {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "snapshot {:?}: cannot resume at {offset}, the server holds {} bytes of it; ask SnapshotStatus again",
+                    header.name,
+                    have.len()
+                )));
+            }
+            hasher.update(&have);
+            std::fs::OpenOptions::new().append(true).open(&partial).map_err(|e| io("open", e))?
+        };
+        Ok(Upload { header, _claim: claim, partial, file, hasher, received: offset, kept: offset, final_path, cap: self.cap })
     }
 }
 
@@ -101,6 +156,7 @@ impl Upload {
     pub fn finish(mut self) -> Result<Stored, ServiceError> {
         let actual = hex::encode(self.hasher.clone().finalize());
         if actual != self.header.sha256 {
+            let _ = std::fs::remove_file(&self.partial);
             return Err(ServiceError::InvalidArgument(format!(
                 "snapshot {:?}: sha256 mismatch (header {}, content {actual}); upload it again",
                 self.header.name, self.header.sha256
@@ -114,14 +170,14 @@ impl Upload {
         }
         self.header.size = self.received;
         if self.final_path.exists() {
+            let _ = std::fs::remove_file(&self.partial);
             return Ok(Stored { header: self.header, stored_bytes: self.kept, deduplicated: true });
         }
         self.file.sync_all().map_err(|e| ServiceError::Unavailable(format!("sync snapshot: {e}")))?;
         if let Some(parent) = self.final_path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| ServiceError::Internal(format!("create {}: {e}", parent.display())))?;
         }
-        let tmp = self.tmp.0.take().ok_or_else(|| ServiceError::Internal("snapshot temp file vanished".into()))?;
-        std::fs::rename(&tmp, &self.final_path).map_err(|e| ServiceError::Internal(format!("store snapshot: {e}")))?;
+        std::fs::rename(&self.partial, &self.final_path).map_err(|e| ServiceError::Internal(format!("store snapshot: {e}")))?;
         Ok(Stored { header: self.header, stored_bytes: self.kept, deduplicated: false })
     }
 }

@@ -1,0 +1,72 @@
+//! Filing a stored snapshot under its job: the metadata row, then (once per content and job) the
+//! readers' facts into the job's pipeline. Shared by an upload that completes and by
+//! `SnapshotStatus` finding the content already stored (the bytes came with another job, or an
+//! earlier agent of this one).
+
+use super::{IngestService, Session};
+use crate::error::ServiceError;
+use crate::snapshots::Holding;
+use coroner_model::{Rank, SnapshotSummary};
+use coroner_proto::v1;
+use std::sync::atomic::Ordering::Relaxed;
+use tonic::Status;
+
+impl IngestService {
+    /// Records `header` (whose content is stored, `stored_bytes` of it kept) for the session's job.
+    /// Returns whether this job did not have it yet.
+    pub(super) async fn file_snapshot(&self, session: &Session, header: &v1::SnapshotHeader, stored_bytes: u64) -> Result<bool, Status> {
+        let record = coroner_store::SnapshotRecord {
+            job_id: session.job.id.clone(),
+            rank: header.rank.map(Rank).or(session.rank),
+            kind: header.kind.clone(),
+            name: header.name.clone(),
+            size: header.original_size.unwrap_or(header.size).max(header.size),
+            sha256: header.sha256.clone(),
+            captured_ns: header.captured_ns,
+            stored_bytes,
+        };
+        let fresh = self.jobs.store.add_snapshot(&record).await.map_err(ServiceError::from)?;
+        if !fresh {
+            return Ok(false);
+        }
+        self.metrics.snapshots.fetch_add(1, Relaxed);
+        // Reading a snapshot (a pickle, a zip, XML) is parsing work: off the runtime.
+        let path = self.snapshots.path_of(&record.sha256);
+        let (kind, name, size) = (record.kind.clone(), record.name.clone(), record.size);
+        let facts = tokio::task::spawn_blocking(move || match path.map(std::fs::read) {
+            Some(Ok(bytes)) => coroner_snapshot::facts(&kind, &name, &bytes, size),
+            Some(Err(e)) => coroner_snapshot::Facts { highlights: vec![format!("unreadable: {e}")], ..Default::default() },
+            None => coroner_snapshot::Facts::default(),
+        })
+        .await
+        .unwrap_or_default();
+        session.job.update(|p| {
+            if let Some(rank) = record.rank {
+                p.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
+            }
+            p.add_hardware_lines(record.rank, facts.hardware);
+            p.add_snapshot(SnapshotSummary {
+                rank: record.rank,
+                kind: record.kind.clone(),
+                name: record.name.clone(),
+                size: record.size,
+                sha256: record.sha256.clone(),
+                highlights: facts.highlights,
+            })
+        });
+        Ok(true)
+    }
+
+    pub(super) async fn snapshot_status_of(&self, req: v1::SnapshotStatusRequest) -> Result<v1::SnapshotStatusResponse, Status> {
+        let session = self.session(&req.session_id)?;
+        let header = req.header.ok_or_else(|| ServiceError::InvalidArgument("SnapshotStatus needs the snapshot's header".into()))?;
+        match self.snapshots.status(&header.sha256)? {
+            Holding::Stored => {
+                let kept = header.size.min(self.snapshots.cap());
+                self.file_snapshot(&session, &header, kept).await?;
+                Ok(v1::SnapshotStatusResponse { stored: true, resume_offset: 0 })
+            }
+            Holding::ResumeAt(offset) => Ok(v1::SnapshotStatusResponse { stored: false, resume_offset: offset.min(header.size) }),
+        }
+    }
+}
