@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 
 const S: Nanos = 1_000_000_000;
 
+type Lines = Vec<(Rank, Nanos, String)>;
+
 /// A bundle's lines as (rank, capture time, text), and each rank's last capture time.
-fn lines_of(bundle: &Path) -> (Vec<(Rank, Nanos, String)>, Vec<(Rank, Nanos)>) {
+fn lines_of(bundle: &Path) -> (Lines, Vec<(Rank, Nanos)>) {
     let c = Collected::load(bundle);
     let lines: Vec<(Rank, Nanos, String)> =
         c.lines.iter().filter_map(|l| Some((l.rank?, l.capture_ns, l.text().into_owned()))).collect();

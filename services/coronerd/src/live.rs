@@ -99,9 +99,9 @@ async fn ticker(job: Weak<Job>) {
         raised.retain(|r, _| found.iter().any(|f| f.rank == *r));
         let mut changed = raised.len() != before;
         for f in found {
-            if !raised.contains_key(&f.rank) {
+            if let std::collections::btree_map::Entry::Vacant(e) = raised.entry(f.rank) {
                 tracing::warn!(job = %j.id, rank = %f.rank, "suspected hang: {}", f.summary);
-                raised.insert(f.rank, f);
+                e.insert(f);
                 changed = true;
             }
         }

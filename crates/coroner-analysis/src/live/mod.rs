@@ -17,7 +17,7 @@
 //!   the rank's process is busy on the CPU; a silent process that keeps moving data to or from
 //!   disk (writing a checkpoint) is working, not hanging.
 //! - **Suspects.** A rank silent past its threshold is suspected when most other ranks printed a
-//!   later step (`behind`); or when most ranks have also stopped progressing and this one stopped
+//!   later step, longer than the threshold ago (`behind`); or when most ranks have also stopped progressing and this one stopped
 //!   somewhere else: at an earlier step, or after lines the others did not print (`diverged`);
 //!   or, all stopped at the same place, its GPU is idle while theirs are busy, as peers spinning in
 //!   an NCCL collective are (`gpu_idle`). A rank silent while every rank is silent in the same

@@ -98,6 +98,7 @@ struct View<'a> {
     median: Option<Nanos>,
     /// Shapes of the lines printed after the last progress line; None when more than remembered.
     extras: Option<Vec<&'a str>>,
+    progress: &'a Progress,
 }
 
 impl LiveMonitor {
@@ -255,7 +256,7 @@ impl LiveMonitor {
         let remembered_all = r.recent.front().is_some_and(|l| l.idx <= idx + 1);
         let extras = remembered_all.then(|| after.iter().map(|l| l.template.as_str()).collect());
         let last_at = r.recent.back().map_or(progress_at, |l| l.at);
-        Some(View { rank, live: r, step, progress_at, last_at, median, extras })
+        Some(View { rank, live: r, step, progress_at, last_at, median, extras, progress: p })
     }
 
     /// max(multiple x median step, floor).
@@ -282,6 +283,19 @@ impl LiveMonitor {
     fn behind(&self, v: &View<'_>, peers: &[&View<'_>], now: Nanos, silent: Nanos, threshold: Nanos) -> Option<SuspectedHang> {
         let ahead: Vec<u64> = peers.iter().filter(|p| p.step > v.step).map(|p| p.step).collect();
         if ahead.len() * 2 <= peers.len() {
+            return None;
+        }
+        // Since when most others have been past this rank's step: a rank whose next line is merely
+        // a few milliseconds later than theirs (after a pause every rank took) is not behind.
+        let mut passed: Vec<Nanos> = peers
+            .iter()
+            .filter(|p| p.step > v.step)
+            .map(|p| p.progress.seen.iter().find(|s| s.2 > v.step).map_or(Nanos::MIN, |s| s.1))
+            .collect();
+        passed.sort_unstable();
+        // ahead.len() > peers.len() / 2, so this is in range: when the majority of the peers had passed.
+        let majority_passed = passed[peers.len() / 2];
+        if now - majority_passed <= threshold {
             return None;
         }
         let peers_step = median_u64(peers.iter().map(|p| p.step).collect());

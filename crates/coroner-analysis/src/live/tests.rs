@@ -58,8 +58,9 @@ fn a_rank_left_behind_is_suspected_after_the_threshold_and_not_before() {
     assert_eq!(first.len(), 1, "{first:?}");
     let (rank, at) = first[0];
     assert_eq!(rank, 2);
-    // Its last line at 19 s; threshold max(10 x 1 s, 5 s) = 10 s.
-    assert!(at > 29 * S && at <= 29 * S + 200 * MS, "raised at {at}");
+    // Its last line at 19 s, the others' step 10 at 20 s; threshold max(10 x 1 s, 5 s) = 10 s,
+    // counted from when most others passed it.
+    assert!(at > 30 * S && at <= 30 * S + 200 * MS, "raised at {at}");
     let f = &last[0];
     assert_eq!(f.why, "behind");
     assert_eq!(f.last_step, Some(9));
@@ -218,4 +219,17 @@ fn a_numbered_start_up_burst_is_not_the_progress_template() {
     }
     let (template, _) = m.job_template().expect("a template");
     assert!(template.contains("train: step <n>"), "{template}");
+}
+
+#[test]
+fn peers_printing_the_next_step_a_moment_earlier_do_not_make_a_rank_behind() {
+    // All 4 ranks pause 60 s after step 19 (a barrier); then ranks 0-2 print step 20 at once and
+    // rank 3 prints it 50 ms later. At that moment rank 3 is silent for 60 s and most others are
+    // past it, but only just.
+    let mut s = steady(4, 5 * S, S, 20);
+    for r in 0..4 {
+        s.push((85 * S + if r == 3 { 50 * MS } else { 0 }, r, step_line(r, 20)));
+    }
+    let (first, _) = replay(s, LiveConfig::default(), 90 * S);
+    assert!(first.is_empty(), "{first:?}");
 }

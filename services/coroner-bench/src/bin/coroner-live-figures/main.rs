@@ -71,7 +71,7 @@ fn main() -> Result<()> {
     for b in &bundles {
         let name = b.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut l = Lines::default();
-        coroner_bundle::load_paths(&[b.clone()], &mut l).with_context(|| format!("load {}", b.display()))?;
+        coroner_bundle::load_paths(std::slice::from_ref(b), &mut l).with_context(|| format!("load {}", b.display()))?;
         let (verdict, timeout) = analyse(&name, &l);
         let feed = feed_of(&l);
         let Some((start, end)) = span(&feed) else { continue };

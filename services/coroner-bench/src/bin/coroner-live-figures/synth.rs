@@ -104,6 +104,7 @@ fn megatron(n: u64, total: u64, ms: f64, loss: f64) -> String {
 
 /// A synchronous training loop: each step all ranks compute ~`step` (jittered), then print.
 /// `pause(n)` may add a phase after step n; `prints(rank, n)` says who prints which step.
+#[allow(clippy::too_many_arguments)]
 fn train(
     job: &mut Job,
     rng: &mut Rng,
