@@ -101,7 +101,13 @@ impl JobPipeline {
             None => {}
         }
         if let (Some(live), Some(rank)) = (&mut self.live, line.rank) {
-            live.push_line(rank, line.capture_ns, &line.text());
+            // The agent's own GPU samples are liveness, not the rank speaking: a hung rank's
+            // agent keeps sending them.
+            let text = line.text();
+            match coroner_model::GpuSample::from_line(&text) {
+                Some(s) => live.push_liveness(rank, line.capture_ns, None, None, s.util_pct),
+                None => live.push_line(rank, line.capture_ns, &text),
+            }
         }
         let parser = self
             .parsers
@@ -361,5 +367,43 @@ mod gpu_sample_tests {
         let m = report.ranks.iter().find(|r| r.rank == Rank(1)).and_then(|r| r.gpu_memory.clone()).expect("GPU memory for rank 1");
         assert_eq!((m.samples, m.first_mib, m.last_mib), (4, 2_000, 139_000));
         assert!(report.notes.iter().any(|n| n.starts_with("the culprit's GPU 00000000:3B:00.0 memory 2.0 GiB -> 135.7 GiB")), "{:?}", report.notes);
+    }
+}
+
+#[cfg(test)]
+mod live_tests {
+    use super::*;
+    use coroner_analysis::live::LiveConfig;
+    use coroner_model::GpuSample;
+
+    const S: i64 = 1_000_000_000;
+
+    fn line(rank: u32, stream: Stream, seq: u64, at: i64, text: String) -> LogLine {
+        LogLine { rank: Some(Rank(rank)), stream, seq, capture_ns: at, bytes: text.into_bytes() }
+    }
+
+    #[test]
+    fn the_agents_gpu_samples_do_not_break_a_silence_and_tell_the_idle_gpu() {
+        let mut p = JobPipeline::new("j");
+        p.enable_live(LiveConfig::default());
+        for step in 0..10u64 {
+            for r in 0..4 {
+                p.push_line(line(r, Stream::Stdout, step, (5 + step as i64) * S, format!("[rank{r}] step {step} loss 1.5")));
+            }
+        }
+        // From 14 s every rank is quiet after step 9; their agents keep sampling the GPUs.
+        for k in 0..4u64 {
+            for r in 0..4 {
+                let s = GpuSample { index: Some(0), bus: format!("0000000{r}:3B:00.0"), used_mib: 9000, total_mib: 81920, util_pct: Some(if r == 2 { 0 } else { 100 }) };
+                p.push_line(line(r, Stream::File, k, (20 + 10 * k as i64) * S, s.to_line()));
+            }
+        }
+        let found = p.live().expect("live on").evaluate(55 * S);
+        assert_eq!(found.iter().map(|f| (f.rank, f.why.as_str())).collect::<Vec<_>>(), vec![(Rank(2), "gpu_idle")], "{found:?}");
+        assert!(found[0].silent_ms >= 40_000, "silent since its step line, not its agent's last sample: {found:?}");
+        let report_before = p.report(&RuleSet::builtin());
+        assert!(report_before.live_findings.is_empty(), "attached only when the server says so");
+        p.set_live_findings(found);
+        assert_eq!(p.report(&RuleSet::builtin()).live_findings.len(), 1, "a running report carries them");
     }
 }
