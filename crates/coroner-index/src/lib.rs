@@ -12,7 +12,7 @@ mod collect;
 mod schema;
 mod search;
 
-pub use schema::IndexedLine;
+pub use schema::{IndexedLine, LineRef};
 pub use search::{SearchPage, SearchRequest, MAX_PAGE_SIZE};
 
 use collect::{OriginStatsCollector, PageCollector, SeqChunkCollector};
@@ -121,6 +121,11 @@ impl JobIndex {
 
     /// Buffers lines for the next commit; they are neither durable nor searchable before it.
     pub fn add(&self, lines: &[IndexedLine]) -> Result<(), IndexError> {
+        self.add_refs(lines.iter().map(IndexedLine::as_ref))
+    }
+
+    /// [`JobIndex::add`] for borrowed lines.
+    pub fn add_refs<'a>(&self, lines: impl IntoIterator<Item = LineRef<'a>>) -> Result<(), IndexError> {
         let writer = self.writer()?;
         for line in lines {
             writer.add_document(to_document(&self.fields, line))?;

@@ -28,6 +28,37 @@ pub struct IndexedLine {
     pub bytes: Vec<u8>,
 }
 
+/// One line to index, borrowed from wherever the caller holds it: the committer builds these
+/// straight from the lines it received, without copying them into [`IndexedLine`]s first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineRef<'a> {
+    pub rank: Option<u32>,
+    pub stream: Stream,
+    pub seq: u64,
+    pub capture_ns: i64,
+    pub printed_ns: Option<i64>,
+    pub host: &'a str,
+    pub kind: &'a str,
+    pub severity: &'a str,
+    pub bytes: &'a [u8],
+}
+
+impl IndexedLine {
+    pub fn as_ref(&self) -> LineRef<'_> {
+        LineRef {
+            rank: self.rank,
+            stream: self.stream,
+            seq: self.seq,
+            capture_ns: self.capture_ns,
+            printed_ns: self.printed_ns,
+            host: &self.host,
+            kind: &self.kind,
+            severity: &self.severity,
+            bytes: &self.bytes,
+        }
+    }
+}
+
 /// The fields of the schema, resolved once.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Fields {
@@ -103,13 +134,13 @@ pub(crate) fn unpack_origin(o: u64) -> (Option<u32>, Stream) {
     (rank, stream_from_code(o & 3))
 }
 
-pub(crate) fn to_document(f: &Fields, line: &IndexedLine) -> TantivyDocument {
+pub(crate) fn to_document(f: &Fields, line: LineRef<'_>) -> TantivyDocument {
     let mut doc = TantivyDocument::default();
-    match std::str::from_utf8(&line.bytes) {
+    match std::str::from_utf8(line.bytes) {
         Ok(text) => doc.add_text(f.text, text),
         Err(_) => {
-            doc.add_text(f.text, String::from_utf8_lossy(&line.bytes));
-            doc.add_bytes(f.raw, line.bytes.as_slice());
+            doc.add_text(f.text, String::from_utf8_lossy(line.bytes));
+            doc.add_bytes(f.raw, line.bytes);
         }
     }
     doc.add_u64(f.rank, line.rank.map_or(NO_RANK, u64::from));
@@ -120,9 +151,9 @@ pub(crate) fn to_document(f: &Fields, line: &IndexedLine) -> TantivyDocument {
     if let Some(p) = line.printed_ns {
         doc.add_i64(f.printed_ns, p);
     }
-    doc.add_text(f.host, &line.host);
-    doc.add_text(f.kind, &line.kind);
-    doc.add_text(f.severity, &line.severity);
+    doc.add_text(f.host, line.host);
+    doc.add_text(f.kind, line.kind);
+    doc.add_text(f.severity, line.severity);
     doc
 }
 

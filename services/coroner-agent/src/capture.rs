@@ -10,10 +10,10 @@
 //! [`MAX_LINE`] is passed through whole but shipped truncated, with a marker suffix.
 
 use crate::launcher::RankFiler;
-use crate::queue::LineQueue;
+use crate::queue::{Line, LineQueue};
+use bytes::{Bytes, BytesMut};
 use coroner_model::Stream;
 use coroner_proto::convert::stream_to_wire;
-use coroner_proto::v1;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The longest line shipped whole.
 pub const MAX_LINE: usize = 1 << 20;
+/// One read from a pipe (the pipe's own buffer is 64 KiB on Linux).
+const READ_SIZE: usize = 64 * 1024;
 
 /// Nanoseconds since the Unix epoch by this host's wall clock.
 pub fn now_ns() -> i64 {
@@ -33,13 +35,14 @@ pub fn now_ns() -> i64 {
 /// One complete line as split from a pipe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SplitLine {
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     pub capture_ns: i64,
     /// Bytes cut off beyond the cap (already reflected in the marker suffix of `bytes`).
     pub truncated: u64,
 }
 
-/// Splits a byte stream into lines, across chunk boundaries, without assuming UTF-8.
+/// Splits a byte stream into lines, across chunk boundaries, without assuming UTF-8. A line
+/// that lies whole in one chunk is a slice of it; only a line split across chunks is copied.
 #[derive(Debug)]
 pub struct LineSplitter {
     cap: usize,
@@ -54,22 +57,21 @@ impl LineSplitter {
     }
 
     /// Feeds one chunk read at `now_ns`; calls `out` for every line it completes.
-    pub fn push(&mut self, mut chunk: &[u8], now_ns: i64, out: &mut impl FnMut(SplitLine)) {
-        while !chunk.is_empty() {
-            if self.first_ns.is_none() {
-                self.first_ns = Some(now_ns);
+    pub fn push(&mut self, chunk: &Bytes, now_ns: i64, out: &mut impl FnMut(SplitLine)) {
+        let mut at = 0;
+        for nl in memchr::memchr_iter(b'\n', chunk) {
+            if self.first_ns.is_none() && nl - at <= self.cap {
+                out(SplitLine { bytes: chunk.slice(at..nl), capture_ns: now_ns, truncated: 0 });
+            } else {
+                self.first_ns.get_or_insert(now_ns);
+                self.append(&chunk[at..nl]);
+                out(self.take());
             }
-            match memchr_newline(chunk) {
-                Some(i) => {
-                    self.append(&chunk[..i]);
-                    out(self.take());
-                    chunk = &chunk[i + 1..];
-                }
-                None => {
-                    self.append(chunk);
-                    chunk = &[];
-                }
-            }
+            at = nl + 1;
+        }
+        if at < chunk.len() {
+            self.first_ns.get_or_insert(now_ns);
+            self.append(&chunk[at..]);
         }
     }
 
@@ -93,12 +95,8 @@ impl LineSplitter {
         if truncated > 0 {
             bytes.extend_from_slice(format!(" [coroner: truncated {truncated} bytes]").as_bytes());
         }
-        SplitLine { bytes, capture_ns: self.first_ns.take().unwrap_or_default(), truncated }
+        SplitLine { bytes: Bytes::from(bytes), capture_ns: self.first_ns.take().unwrap_or_default(), truncated }
     }
-}
-
-fn memchr_newline(s: &[u8]) -> Option<usize> {
-    s.iter().position(|&b| b == b'\n')
 }
 
 /// Files lines under ranks, numbers them per (rank, stream) from 0, and queues them.
@@ -116,26 +114,35 @@ impl Sequencer {
         Sequencer { filer, next_seq: HashMap::new(), queue }
     }
 
-    pub fn accept(&mut self, stream: Stream, line: SplitLine) {
-        let rank = self.filer.as_mut().and_then(|f| f.file(&line.bytes));
-        let seq = self.next_seq.entry((rank, stream)).or_insert(0);
-        let wire = v1::LogLine {
-            seq: *seq,
-            capture_ns: line.capture_ns,
-            stream: stream_to_wire(stream) as i32,
-            raw: line.bytes,
-            rank,
-            file: String::new(),
-        };
-        *seq += 1;
-        // Never blocks: a full queue drops (and counts) a routine line. The sequence number is
-        // spent either way, so the server sees the gap.
-        self.queue.push(wire);
+    /// Numbers and queues the lines of one read, in order, under one queue lock.
+    pub fn accept_all(&mut self, stream: Stream, lines: impl IntoIterator<Item = SplitLine>) {
+        let wire_stream = stream_to_wire(stream) as i32;
+        // A rank agent's lines all share one counter: look it up once.
+        let mut own = if self.filer.is_none() { self.next_seq.get(&(None, stream)).copied() } else { None };
+        let Sequencer { filer, next_seq, queue } = self;
+        queue.push_all(lines.into_iter().map(|line| {
+            let rank = filer.as_mut().and_then(|f| f.file(&line.bytes));
+            let seq = match (&mut own, rank) {
+                (Some(n), None) => n,
+                _ => next_seq.entry((rank, stream)).or_insert(0),
+            };
+            let wire = Line { seq: *seq, capture_ns: line.capture_ns, stream: wire_stream, raw: line.bytes, rank };
+            // Never blocks: a full queue drops (and counts) a routine line. The sequence number
+            // is spent either way, so the server sees the gap.
+            *seq += 1;
+            wire
+        }));
+        if let Some(n) = own {
+            next_seq.insert((None, stream), n);
+        }
     }
 }
 
 /// Copies `src` to `dst` as it arrives and feeds the lines to `sequencer`, until end of file.
 /// Runs on its own thread; returns when the pipe closes (every writer has exited).
+///
+/// Every read is written through at once (one `write` and a flush, before any line is
+/// queued), so the passthrough is byte-exact and never waits for a line to complete.
 pub fn pump(
     mut src: impl Read,
     mut dst: impl Write,
@@ -143,32 +150,50 @@ pub fn pump(
     sequencer: Arc<Mutex<Sequencer>>,
 ) {
     let mut splitter = LineSplitter::new(MAX_LINE);
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = BytesMut::new();
+    let mut lines = Vec::new();
     let mut passthrough_ok = true;
-    let mut emit = |line: SplitLine| {
-        let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
-        s.accept(stream, line);
-    };
     loop {
-        let n = match src.read(&mut buf) {
+        if buf.capacity() < READ_SIZE / 4 {
+            // Earlier reads are shared with queued lines: start a new buffer (the old one is
+            // freed when its last line is shipped), zeroed once, not once per read.
+            buf = BytesMut::zeroed(READ_SIZE);
+            buf.clear();
+        }
+        let room = buf.capacity();
+        // SAFETY: every byte of this allocation was initialised by `BytesMut::zeroed` (and later
+        // overwritten by reads); `split` below hands out only the bytes a read filled.
+        unsafe { buf.set_len(room) };
+        let n = match src.read(&mut buf[..]) {
             Ok(0) => break,
             Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {
+                buf.clear();
+                continue;
+            }
             Err(e) => {
                 tracing::warn!("reading the child's {}: {e}", stream.as_str());
                 break;
             }
         };
         let now = now_ns();
+        buf.truncate(n);
+        let chunk = buf.split().freeze();
         if passthrough_ok {
             // Our own stdout may be closed (a pipe whose reader left); keep capturing anyway.
-            if dst.write_all(&buf[..n]).and_then(|()| dst.flush()).is_err() {
+            if dst.write_all(&chunk).and_then(|()| dst.flush()).is_err() {
                 passthrough_ok = false;
             }
         }
-        splitter.push(&buf[..n], now, &mut emit);
+        splitter.push(&chunk, now, &mut |l| lines.push(l));
+        if !lines.is_empty() {
+            let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
+            s.accept_all(stream, lines.drain(..));
+        }
     }
-    splitter.finish(&mut emit);
+    splitter.finish(&mut |l| lines.push(l));
+    let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
+    s.accept_all(stream, lines.drain(..));
 }
 
 #[cfg(test)]
@@ -179,7 +204,7 @@ mod tests {
         let mut s = LineSplitter::new(cap);
         let mut out = Vec::new();
         for (i, c) in chunks.iter().enumerate() {
-            s.push(c, i as i64, &mut |l| out.push(l));
+            s.push(&Bytes::copy_from_slice(c), i as i64, &mut |l| out.push(l));
         }
         s.finish(&mut |l| out.push(l));
         out
@@ -196,8 +221,8 @@ mod tests {
     fn carriage_returns_and_invalid_utf8_are_kept() {
         // A multi-byte character split across reads, a lone continuation byte, and a \r.
         let lines = split_all(&[b"caf\xc3", b"\xa9 \xff\r\n", b"tail"], MAX_LINE);
-        assert_eq!(lines[0].bytes, b"caf\xc3\xa9 \xff\r");
-        assert_eq!(lines[1].bytes, b"tail");
+        assert_eq!(&lines[0].bytes[..], b"caf\xc3\xa9 \xff\r");
+        assert_eq!(&lines[1].bytes[..], b"tail");
         assert_eq!(lines.len(), 2);
     }
 
@@ -210,9 +235,42 @@ mod tests {
     #[test]
     fn long_lines_are_shipped_truncated_with_a_marker() {
         let lines = split_all(&[b"0123456789", b"abc\nok\n"], 4);
-        assert_eq!(lines[0].bytes, b"0123 [coroner: truncated 9 bytes]");
+        assert_eq!(&lines[0].bytes[..], b"0123 [coroner: truncated 9 bytes]");
         assert_eq!(lines[0].truncated, 9);
-        assert_eq!(lines[1].bytes, b"ok");
+        assert_eq!(&lines[1].bytes[..], b"ok");
+        // A long line that lies whole in one read is cut the same way.
+        let lines = split_all(&[b"abcdefg\nok\n"], 4);
+        assert_eq!(&lines[0].bytes[..], b"abcd [coroner: truncated 3 bytes]");
+        assert_eq!(&lines[1].bytes[..], b"ok");
+    }
+
+    /// Hands out its bytes a few at a time, like a child writing in small pieces.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(self.0.len()).min(buf.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_rank_agent_numbers_its_lines_across_reads_whatever_their_size() {
+        let input: Vec<u8> = (0..3000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+        for piece in [1, 7, 4096, 1 << 20] {
+            let queue = Arc::new(LineQueue::new(1 << 20, 1 << 30));
+            let seq = Arc::new(Mutex::new(Sequencer::new(None, queue.clone())));
+            let mut out = Vec::new();
+            pump(Trickle(&input, piece), &mut out, Stream::Stdout, seq);
+            assert_eq!(out, input);
+            let lines = queue.drain_all();
+            assert_eq!(lines.len(), 3000);
+            for (i, l) in lines.iter().enumerate() {
+                assert_eq!((l.seq, &l.raw[..], l.rank), (i as u64, format!("line {i}").as_bytes(), None));
+            }
+        }
     }
 
     #[test]
@@ -226,6 +284,6 @@ mod tests {
         let lines = queue.drain_all();
         let got: Vec<(Option<u32>, u64)> = lines.iter().map(|l| (l.rank, l.seq)).collect();
         assert_eq!(got, vec![(Some(1), 0), (None, 0), (Some(1), 1), (None, 1)]);
-        assert_eq!(lines[3].raw, b"\xff partial");
+        assert_eq!(&lines[3].raw[..], b"\xff partial");
     }
 }

@@ -16,6 +16,7 @@ mod replay;
 mod shipper;
 mod snapshots;
 mod spool;
+mod wire;
 
 use anyhow::{Context, Result};
 use capture::{now_ns, Sequencer};
@@ -206,9 +207,12 @@ fn run(args: RunArgs) -> Result<i32> {
         }
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("start the runtime")?;
+    // One thread runs the shipper, the snapshot watcher and the clock probes: the agent sits
+    // beside a training process and should cost it as little CPU as possible. The pipes have
+    // their own threads, so the child never waits on this one.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("start the runtime")?;
     let code = rt.block_on(async {
-        let queue = Arc::new(queue::LineQueue::new(64 * 1024, 64 << 20));
+        let queue = Arc::new(queue::LineQueue::new(QUEUE_LINES, QUEUE_BYTES));
         let (finish_tx, finish_rx) = tokio::sync::mpsc::channel(1);
         let mut shipper = shipper::Shipper::new(shipper::Config::new(args.server.clone()), session, queue.clone(), spool, orphans);
         let connections = shipper.watch_connections();
@@ -352,6 +356,11 @@ fn run(args: RunArgs) -> Result<i32> {
     rt.shutdown_timeout(Duration::from_millis(50));
     Ok(code)
 }
+
+/// The in-memory queue between the pipes and the shipper (which spools it as fast as the disk
+/// takes it): what a burst may hold before routine lines are dropped.
+const QUEUE_LINES: usize = 128 * 1024;
+const QUEUE_BYTES: usize = 12 << 20;
 
 /// How long each failure-time collector (nvidia-smi, dmesg) may take.
 const COLLECT_LIMIT: Duration = Duration::from_secs(5);

@@ -1,8 +1,11 @@
 //! The bounded queue between the pipe threads and the shipper. Pushing never blocks: when the
 //! queue is full, a line that looks like an error or a warning evicts the oldest routine line,
 //! and a routine line is dropped. Every drop is counted and reported with the process end.
+//!
+//! A pipe thread pushes all the lines of one read under one lock; a line's bytes are a slice of
+//! the read buffer they arrived in (no copy, no allocation per line).
 
-use coroner_proto::v1;
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use tokio::sync::Notify;
@@ -11,12 +14,34 @@ use tokio::sync::Notify;
 /// when the queue is full.
 const IMPORTANT: &[&[u8]] = &[b"Error", b"error", b"WARN", b"Traceback", b"Fatal", b"[E", b"[F"];
 
+/// What a queued line costs beside its bytes (its fields and the queue's slot), for the limit.
+pub const LINE_OVERHEAD: usize = 64;
+
 pub fn is_important(raw: &[u8]) -> bool {
-    IMPORTANT.iter().any(|m| raw.windows(m.len()).any(|w| w == *m))
+    IMPORTANT.iter().any(|m| memchr::memmem::find(raw, m).is_some())
+}
+
+/// One captured line: its exact bytes, its capture time, and its number in its (rank, stream)
+/// as this agent counts them (from 0; the shipper rebases it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub raw: Bytes,
+    pub seq: u64,
+    pub capture_ns: i64,
+    /// A `v1::StreamKind` value.
+    pub stream: i32,
+    /// Set by a launcher agent that filed the line under a worker's global rank.
+    pub rank: Option<u32>,
+}
+
+impl Line {
+    fn cost(&self) -> usize {
+        self.raw.len() + LINE_OVERHEAD
+    }
 }
 
 struct Queued {
-    line: v1::LogLine,
+    line: Line,
     /// Computed lazily, the first time the queue is full.
     important: Option<bool>,
 }
@@ -26,6 +51,8 @@ struct Inner {
     lines: VecDeque<Queued>,
     bytes: usize,
     dropped: u64,
+    /// The most bytes ever held (for the exit summary).
+    peak_bytes: usize,
 }
 
 /// Lines waiting for the shipper.
@@ -53,9 +80,29 @@ impl LineQueue {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn push(&self, line: v1::LogLine) {
-        let size = line.raw.len();
+    #[cfg(test)]
+    pub fn push(&self, line: Line) {
+        self.push_all(std::iter::once(line));
+    }
+
+    /// Pushes lines in order under one lock (the lines of one read).
+    pub fn push_all(&self, lines: impl IntoIterator<Item = Line>) {
         let mut q = self.lock();
+        let (lines_before, bytes_before) = (q.lines.len(), q.bytes);
+        for line in lines {
+            self.push_locked(&mut q, line);
+        }
+        q.peak_bytes = q.peak_bytes.max(q.bytes);
+        let wake = (lines_before < self.wake_lines && q.lines.len() >= self.wake_lines)
+            || (bytes_before < self.wake_bytes && q.bytes >= self.wake_bytes);
+        drop(q);
+        if wake {
+            self.notify.notify_one();
+        }
+    }
+
+    fn push_locked(&self, q: &mut Inner, line: Line) {
+        let size = line.cost();
         if q.lines.len() >= self.max_lines || q.bytes + size > self.max_bytes {
             if !is_important(&line.raw) {
                 q.dropped += 1;
@@ -66,7 +113,7 @@ impl LineQueue {
                 let victim = q.lines.iter_mut().position(|e| !*e.important.get_or_insert_with(|| is_important(&e.line.raw)));
                 match victim.and_then(|i| q.lines.remove(i)) {
                     Some(v) => {
-                        q.bytes -= v.line.raw.len();
+                        q.bytes -= v.line.cost();
                         q.dropped += 1;
                     }
                     None => {
@@ -78,17 +125,12 @@ impl LineQueue {
         }
         q.bytes += size;
         q.lines.push_back(Queued { line, important: None });
-        let wake = q.lines.len() == self.wake_lines || (q.bytes >= self.wake_bytes && q.bytes - size < self.wake_bytes);
-        drop(q);
-        if wake {
-            self.notify.notify_one();
-        }
     }
 
-    /// Takes up to `max_lines` lines and about `max_bytes` bytes (at least one line).
-    pub fn take_batch(&self, max_lines: usize, max_bytes: usize) -> Vec<v1::LogLine> {
+    /// Takes up to `max_lines` lines and about `max_bytes` bytes of text (at least one line).
+    pub fn take_batch(&self, max_lines: usize, max_bytes: usize) -> Vec<Line> {
         let mut q = self.lock();
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(max_lines.min(q.lines.len()));
         let mut bytes = 0;
         while out.len() < max_lines {
             let Some(front) = q.lines.front() else { break };
@@ -97,7 +139,7 @@ impl LineQueue {
                 break;
             }
             let e = q.lines.pop_front().expect("front exists");
-            q.bytes -= size;
+            q.bytes -= e.line.cost();
             bytes += size;
             out.push(e.line);
         }
@@ -105,7 +147,7 @@ impl LineQueue {
     }
 
     #[cfg(test)]
-    pub fn drain_all(&self) -> Vec<v1::LogLine> {
+    pub fn drain_all(&self) -> Vec<Line> {
         let mut q = self.lock();
         q.bytes = 0;
         q.lines.drain(..).map(|e| e.line).collect()
@@ -113,6 +155,17 @@ impl LineQueue {
 
     pub fn is_empty(&self) -> bool {
         self.lock().lines.is_empty()
+    }
+
+    /// How many lines wait.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().lines.len()
+    }
+
+    /// The most bytes the queue ever held (lines with their overhead).
+    pub fn peak_bytes(&self) -> usize {
+        self.lock().peak_bytes
     }
 
     /// Lines dropped so far because the queue was full.
@@ -125,8 +178,8 @@ impl LineQueue {
 mod tests {
     use super::*;
 
-    fn line(seq: u64, text: &str) -> v1::LogLine {
-        v1::LogLine { seq, raw: text.as_bytes().to_vec(), stream: 1, ..Default::default() }
+    fn line(seq: u64, text: &str) -> Line {
+        Line { seq, raw: Bytes::copy_from_slice(text.as_bytes()), stream: 1, capture_ns: 0, rank: None }
     }
 
     #[test]
@@ -143,14 +196,38 @@ mod tests {
     }
 
     #[test]
+    fn the_byte_limit_counts_each_line_with_its_overhead() {
+        let q = LineQueue::new(100, 2 * (LINE_OVERHEAD + 10));
+        q.push_all((0..3).map(|i| line(i, "0123456789")));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.dropped(), 1);
+        q.take_batch(1, 1 << 20);
+        q.push(line(3, "0123456789"));
+        assert_eq!(q.len(), 2);
+    }
+
+    #[test]
     fn batches_respect_line_and_byte_limits() {
         let q = LineQueue::new(100, 1 << 20);
-        for i in 0..5 {
-            q.push(line(i, "0123456789"));
-        }
+        q.push_all((0..5).map(|i| line(i, "0123456789")));
         assert_eq!(q.take_batch(2, 1 << 20).len(), 2);
         assert_eq!(q.take_batch(10, 15).len(), 1);
         assert_eq!(q.take_batch(10, 1 << 20).len(), 2);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn the_shipper_is_woken_once_per_full_batch() {
+        let q = LineQueue::with_wake(100, 1 << 20, 3, 1 << 20);
+        q.push_all((0..2).map(|i| line(i, "x")));
+        assert!(futures_now(&q).is_none());
+        q.push_all((2..5).map(|i| line(i, "x")));
+        assert!(futures_now(&q).is_some());
+    }
+
+    /// Whether a permit to wake the shipper is stored (without waiting for one).
+    fn futures_now(q: &LineQueue) -> Option<()> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        rt.block_on(async { tokio::time::timeout(std::time::Duration::from_millis(1), q.notify.notified()).await.ok() })
     }
 }

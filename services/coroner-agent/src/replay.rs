@@ -4,19 +4,19 @@
 
 use crate::shipper::{connect, prepare_lines, AckEvent};
 use crate::spool::{read_spool, Record, SpoolWriter};
+use crate::wire::Outgoing;
 use coroner_proto::v1;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Duration;
-use tokio::task::block_in_place;
 use tonic::transport::Channel;
 
 /// How long one replay may wait for its acknowledgements.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn replay(channel: Channel, path: PathBuf, file: File) {
-    let contents = match block_in_place(|| read_spool(&file)) {
+    let contents = match read_spool(&file) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("cannot replay the spool {}: {e}", path.display());
@@ -38,7 +38,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
             return;
         }
     };
-    let mut writer = match block_in_place(|| SpoolWriter::reopen(file, &path, contents.valid_len)) {
+    let mut writer = match SpoolWriter::reopen(file, &path, contents.valid_len) {
         Ok(w) => w,
         Err(e) => {
             tracing::warn!("reopen the spool {}: {e}", path.display());
@@ -49,7 +49,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
         Some(b) => b,
         None => {
             let b = conn.resume_from.clone();
-            let _ = block_in_place(|| writer.append(&Record::Base(b.clone()), true));
+            let _ = writer.append(&Record::Base(b.clone()), true);
             b
         }
     };
@@ -57,15 +57,17 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
     let mut outstanding = HashSet::new();
     let mut lines_sent = 0;
     let deadline = tokio::time::Instant::now() + REPLAY_TIMEOUT;
-    for b in &unacked.batches {
-        let lines = prepare_lines(&b.lines, rank, &base, &conn.resume_from);
+    let rebased = HashMap::new();
+    for spooled in &unacked.batches {
+        let b = &spooled.batch;
+        let lines = prepare_lines(&b.lines, rank, if spooled.rebased { &rebased } else { &base }, &conn.resume_from);
         if lines.is_empty() {
-            let _ = block_in_place(|| writer.append(&Record::Ack(b.batch_id), false));
+            let _ = writer.append(&Record::Ack(b.batch_id), false);
             continue;
         }
         lines_sent += lines.len();
         let batch = v1::LogBatch { session_id: conn.session_id.clone(), batch_id: b.batch_id, lines, clock: Vec::new(), spool_backlog: 0 };
-        if tokio::time::timeout_at(deadline, conn.tx.send(batch)).await.map_or(true, |r| r.is_err()) {
+        if tokio::time::timeout_at(deadline, conn.tx.send(Outgoing::message(&batch))).await.map_or(true, |r| r.is_err()) {
             tracing::warn!("replay {}: the server stopped taking batches", path.display());
             return;
         }
@@ -75,7 +77,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
         match tokio::time::timeout_at(deadline, acks.recv()).await {
             Ok(Some(AckEvent::Ack(a))) => {
                 if outstanding.remove(&a.batch_id) {
-                    let _ = block_in_place(|| writer.append(&Record::Ack(a.batch_id), false));
+                    let _ = writer.append(&Record::Ack(a.batch_id), false);
                 }
             }
             _ => {
@@ -89,7 +91,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
         let mut client = conn.client.clone();
         match tokio::time::timeout(Duration::from_secs(5), client.report_exit(exit)).await {
             Ok(Ok(_)) => {
-                let _ = block_in_place(|| writer.append(&Record::ExitAcked, true));
+                let _ = writer.append(&Record::ExitAcked, true);
             }
             _ => {
                 tracing::warn!("replay {}: the process end was not acknowledged; keeping the spool", path.display());

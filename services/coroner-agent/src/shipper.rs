@@ -3,9 +3,13 @@
 //!
 //! - **Batching:** a batch closes at [`Config::batch_lines`] lines or [`Config::batch_bytes`]
 //!   bytes (the queue wakes the task), or every [`Config::batch_interval`].
-//! - **Spool first:** each batch is appended to the spool (see [`crate::spool`]) before it is sent,
-//!   whether or not a server is reachable. Unacknowledged batches stay in memory up to
-//!   [`Config::max_unacked_bytes`]; older ones are evicted and read back from the spool to resend.
+//! - **Encoded once, spool first:** each batch is encoded when it is formed (see [`crate::wire`];
+//!   numbered on the server's base when it is known) and those bytes are appended to the spool
+//!   (see [`crate::spool`]) before they are sent, whether or not a server is reachable. The
+//!   batches formed at one wake-up share one sync. Unacknowledged batches stay in memory up to
+//!   [`Config::max_unacked_bytes`]; older ones are evicted and read back from the spool, as bytes,
+//!   to resend. A batch is decoded and rewritten only when it must change (numbered before the
+//!   base was known, or partly delivered before a reconnect).
 //! - **Sequence numbers:** lines are numbered per (rank, stream) from 0 by this agent; on its
 //!   first session the server says where each stream stands (`resume_from`), and that becomes
 //!   this instance's base, so a restarted agent continues a rank's streams instead of colliding.
@@ -21,7 +25,9 @@
 use crate::clock;
 use crate::queue::LineQueue;
 use crate::replay;
-use crate::spool::{Record, SpoolWriter};
+use crate::spool::{BatchFrame, Record, SpoolWriter};
+use crate::wire::{self, Outgoing, SeqRange, ShipCodec};
+use prost::Message;
 use coroner_proto::v1;
 use coroner_proto::v1::ingest_client::IngestClient;
 use std::collections::{HashMap, VecDeque};
@@ -49,7 +55,7 @@ impl Config {
             batch_lines: 1000,
             batch_bytes: 1 << 20,
             batch_interval: Duration::from_millis(100),
-            max_unacked_bytes: 64 << 20,
+            max_unacked_bytes: 4 << 20,
         }
     }
 }
@@ -103,7 +109,7 @@ pub struct Conn {
     pub client: IngestClient<Channel>,
     pub session_id: String,
     pub resume_from: HashMap<String, u64>,
-    pub tx: mpsc::Sender<v1::LogBatch>,
+    pub tx: mpsc::Sender<Outgoing>,
 }
 
 enum Event {
@@ -119,12 +125,26 @@ pub enum AckEvent {
 
 struct Pending {
     id: u64,
-    lines: Option<Vec<v1::LogLine>>,
+    /// The batch's encoded `LogBatch` id and lines while held in memory; `None` once evicted
+    /// (then read back from the spool at `spool_at`).
+    body: Option<bytes::Bytes>,
     count: usize,
     bytes: usize,
     spool_at: Option<u64>,
+    /// Each stream's numbers in the batch, as encoded.
+    ranges: Vec<SeqRange>,
+    /// Whether the numbers are rebased on the server's base already.
+    rebased: bool,
     clock: Vec<v1::ClockProbe>,
     sent: bool,
+}
+
+/// A batch just formed, before it is spooled.
+struct Formed {
+    id: u64,
+    frame: BatchFrame,
+    encoded: wire::EncodedBatch,
+    rebased: bool,
 }
 
 /// Opens a channel, a session and a `ShipLogs` stream.
@@ -132,15 +152,15 @@ pub async fn connect(
     channel: Channel,
     request: v1::OpenSessionRequest,
 ) -> Result<(Conn, mpsc::Receiver<AckEvent>), String> {
-    let mut client = IngestClient::new(channel);
+    let mut client = IngestClient::new(channel.clone());
     let open = tokio::time::timeout(Duration::from_secs(5), client.open_session(request))
         .await
         .map_err(|_| "open session: timed out".to_string())?
         .map_err(|s| format!("open session: {}", s.message()))?
         .into_inner();
-    let (tx, rx) = mpsc::channel::<v1::LogBatch>(32);
+    let (tx, rx) = mpsc::channel::<Outgoing>(32);
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-    let mut acks = tokio::time::timeout(Duration::from_secs(5), client.ship_logs(stream))
+    let mut acks = tokio::time::timeout(Duration::from_secs(5), ship_logs(channel, stream))
         .await
         .map_err(|_| "ship logs: timed out".to_string())?
         .map_err(|s| format!("ship logs: {}", s.message()))?
@@ -163,6 +183,20 @@ pub async fn connect(
     Ok((conn, ack_rx))
 }
 
+/// `Ingest.ShipLogs` with batches sent as encoded bytes (the generated client would encode
+/// `LogBatch` messages again).
+async fn ship_logs(
+    channel: Channel,
+    batches: impl tokio_stream::Stream<Item = Outgoing> + Send + 'static,
+) -> Result<tonic::Response<tonic::Streaming<v1::BatchAck>>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("the connection is not ready: {e}")))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/coroner.v1.Ingest/ShipLogs");
+    let mut request = tonic::Request::new(batches);
+    request.extensions_mut().insert(tonic::GrpcMethod::new("coroner.v1.Ingest", "ShipLogs"));
+    grpc.streaming(request, path, ShipCodec).await
+}
+
 pub async fn open_channel(server: &str) -> Result<Channel, String> {
     let endpoint = Endpoint::from_shared(server.to_string())
         .map_err(|e| format!("server address {server:?}: {e}"))?
@@ -183,6 +217,9 @@ pub struct Shipper {
     base: Option<HashMap<String, u64>>,
     clock: Vec<v1::ClockProbe>,
     events_tx: mpsc::UnboundedSender<Event>,
+    /// Batches were written to the spool since the last sync started.
+    unsynced: bool,
+    sync_task: Option<tokio::task::JoinHandle<()>>,
     /// Where each new connection's client and session are published (for snapshot uploads).
     conn_watch: Option<tokio::sync::watch::Sender<Option<(IngestClient<Channel>, String)>>>,
 }
@@ -211,6 +248,8 @@ impl Shipper {
             base: None,
             clock: Vec::new(),
             events_tx,
+            unsynced: false,
+            sync_task: None,
             conn_watch: None,
         }
     }
@@ -305,6 +344,7 @@ impl Shipper {
             }
 
             self.form_batches();
+            self.sync_in_background();
             if let Some(f) = &finishing {
                 if !exit_spooled {
                     let mut exit = f.exit.clone();
@@ -356,6 +396,7 @@ impl Shipper {
     }
 
     fn summary(mut self, exit_reported: bool) -> Summary {
+        tracing::debug!("the line queue held at most {} KiB", self.queue.peak_bytes() >> 10);
         let unacked_lines: usize = self.pending.iter().map(|p| p.count).sum();
         let mut spool_kept = None;
         if let Some(spool) = self.spool.take() {
@@ -402,7 +443,7 @@ impl Shipper {
     fn on_ack(&mut self, ack: v1::BatchAck) {
         if let Some(i) = self.pending.iter().position(|p| p.id == ack.batch_id) {
             let p = self.pending.remove(i).expect("index exists");
-            if p.lines.is_some() {
+            if p.body.is_some() {
                 self.mem_bytes -= p.bytes;
             }
             if p.spool_at.is_some() {
@@ -419,7 +460,7 @@ impl Shipper {
                 if let Some(i) = self.pending.iter().position(|p| p.sent) {
                     let p = self.pending.remove(i).expect("index exists");
                     tracing::warn!("the server refused a batch of {} lines ({}); dropping it", p.count, s.message());
-                    if p.lines.is_some() {
+                    if p.body.is_some() {
                         self.mem_bytes -= p.bytes;
                     }
                     if p.spool_at.is_some() {
@@ -433,41 +474,66 @@ impl Shipper {
         }
     }
 
-    /// Moves queued lines into spooled, pending batches.
+    /// Moves queued lines into encoded, spooled, pending batches; the batches formed here share
+    /// one sync.
     fn form_batches(&mut self) {
+        let rank = self.session.rank;
+        let mut formed: Vec<Formed> = Vec::new();
+        let mut formed_bytes = 0;
         loop {
-            if self.spool.is_none() && self.mem_bytes >= self.cfg.max_unacked_bytes {
+            if self.spool.is_none() && self.mem_bytes + formed_bytes >= self.cfg.max_unacked_bytes {
                 // Nowhere to put more: let the queue fill and drop routine lines.
-                return;
+                break;
             }
             let lines = self.queue.take_batch(self.cfg.batch_lines, self.cfg.batch_bytes);
             if lines.is_empty() {
-                return;
+                break;
             }
             let id = self.next_id;
             self.next_id += 1;
-            let bytes: usize = lines.iter().map(|l| l.raw.len() + 24).sum();
-            let batch = v1::LogBatch { batch_id: id, lines, ..Default::default() };
-            let spool_at = self.spool_append(&Record::Batch(batch.clone()), true);
+            let capacity = lines.iter().map(|l| l.raw.len() + 32).sum::<usize>() + 16;
+            let base = self.base.as_ref();
+            let (frame, encoded) = BatchFrame::build(base.is_some(), capacity, |out| wire::encode_batch(id, &lines, rank, base, out));
+            formed_bytes += frame.len();
+            formed.push(Formed { id, frame, encoded, rebased: base.is_some() });
+            if formed_bytes >= self.cfg.max_unacked_bytes {
+                // Spool what there is before forming more (bounds memory in a burst).
+                self.add_formed(std::mem::take(&mut formed));
+                formed_bytes = 0;
+            }
+        }
+        self.add_formed(formed);
+    }
+
+    fn add_formed(&mut self, formed: Vec<Formed>) {
+        if formed.is_empty() {
+            return;
+        }
+        let offsets = self.spool_frames(&formed.iter().map(|f| &f.frame).collect::<Vec<_>>());
+        for (i, f) in formed.into_iter().enumerate() {
+            let body = f.frame.payload();
+            let bytes = body.len();
             self.mem_bytes += bytes;
             self.pending.push_back(Pending {
-                id,
-                count: batch.lines.len(),
-                lines: Some(batch.lines),
+                id: f.id,
+                body: Some(body),
+                count: f.encoded.count,
                 bytes,
-                spool_at,
+                spool_at: offsets.as_ref().map(|o| o[i]),
+                ranges: f.encoded.ranges,
+                rebased: f.rebased,
                 clock: Vec::new(),
                 sent: false,
             });
-            // Over the memory limit: forget the oldest spooled batches' lines (read back to resend).
-            for p in self.pending.iter_mut() {
-                if self.mem_bytes <= self.cfg.max_unacked_bytes {
-                    break;
-                }
-                if p.spool_at.is_some() && p.lines.is_some() {
-                    p.lines = None;
-                    self.mem_bytes -= p.bytes;
-                }
+        }
+        // Over the memory limit: forget the oldest spooled batches' bytes (read back to resend).
+        for p in self.pending.iter_mut() {
+            if self.mem_bytes <= self.cfg.max_unacked_bytes {
+                break;
+            }
+            if p.spool_at.is_some() && p.body.is_some() {
+                p.body = None;
+                self.mem_bytes -= p.bytes;
             }
         }
     }
@@ -475,12 +541,17 @@ impl Shipper {
     /// Sends every unsent batch the stream has room for.
     fn send_ready(&mut self, c: &Conn) {
         if !self.clock.is_empty() && self.pending.iter().all(|p| p.sent) {
+            // A batch of clock samples only: its body is its id.
+            let mut id = bytes::BytesMut::new();
+            wire::encode_batch(self.next_id, &[], None, None, &mut id);
             self.pending.push_back(Pending {
                 id: self.next_id,
-                lines: Some(Vec::new()),
+                body: Some(id.freeze()),
                 count: 0,
                 bytes: 0,
                 spool_at: None,
+                ranges: Vec::new(),
+                rebased: true,
                 clock: Vec::new(),
                 sent: false,
             });
@@ -492,24 +563,50 @@ impl Shipper {
         // What this agent holds unacknowledged (spooled or in memory), reported to the server.
         let backlog: u64 = self.pending.iter().map(|p| p.bytes as u64).sum();
         for p in self.pending.iter_mut().filter(|p| !p.sent) {
-            let lines = match (&p.lines, p.spool_at, &self.spool) {
-                (Some(l), _, _) => prepare_lines(l, rank, &base, &c.resume_from),
-                (None, Some(at), Some(spool)) => match tokio::task::block_in_place(|| spool.read_at(at)) {
-                    Ok(Record::Batch(b)) => prepare_lines(&b.lines, rank, &base, &c.resume_from),
-                    other => {
-                        tracing::warn!("read batch {} back from the spool: {other:?}; dropping it", p.id);
-                        Vec::new()
-                    }
-                },
-                _ => Vec::new(),
-            };
+            if c.tx.capacity() == 0 {
+                break;
+            }
+            let resume = |r: &SeqRange| c.resume_from.get(&r.key()).copied().unwrap_or(0);
+            let offset = |r: &SeqRange| if p.rebased { 0 } else { base.get(&r.key()).copied().unwrap_or(0) };
+            let delivered = p.count > 0 && p.ranges.iter().all(|r| offset(r) + r.last < resume(r));
             p.clock.append(&mut self.clock);
-            if lines.is_empty() && p.clock.is_empty() {
+            if delivered && p.clock.is_empty() {
                 done.push(p.id);
                 continue;
             }
-            let batch = v1::LogBatch { session_id: c.session_id.clone(), batch_id: p.id, lines, clock: p.clock.clone(), spool_backlog: backlog };
-            match c.tx.try_send(batch) {
+            // Sent as formed unless its numbers must move or some of its lines are delivered.
+            let as_is = p.ranges.iter().all(|r| offset(r) == 0 && r.first >= resume(r));
+            let body = match (&p.body, p.spool_at, &self.spool) {
+                (Some(b), _, _) => Ok(b.clone()),
+                (None, Some(at), Some(spool)) => spool.read_batch_payload(at).map(|(b, _)| b),
+                _ => Err(std::io::Error::other("neither in memory nor spooled")),
+            };
+            let out = match body {
+                Ok(body) if as_is => Outgoing::new(&c.session_id, p.clock.clone(), backlog, body),
+                Ok(body) => match v1::LogBatch::decode(body) {
+                    Ok(b) => {
+                        let own = HashMap::new();
+                        let lines = prepare_lines(&b.lines, rank, if p.rebased { &own } else { &base }, &c.resume_from);
+                        if lines.is_empty() && p.clock.is_empty() {
+                            done.push(p.id);
+                            continue;
+                        }
+                        let batch = v1::LogBatch { session_id: c.session_id.clone(), batch_id: p.id, lines, clock: p.clock.clone(), spool_backlog: backlog };
+                        Outgoing::message(&batch)
+                    }
+                    Err(e) => {
+                        tracing::warn!("batch {} is unreadable ({e}); dropping it", p.id);
+                        done.push(p.id);
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!("read batch {} back from the spool: {e}; dropping it", p.id);
+                    done.push(p.id);
+                    continue;
+                }
+            };
+            match c.tx.try_send(out) {
                 Ok(()) => p.sent = true,
                 Err(_) => break,
             }
@@ -519,10 +616,49 @@ impl Shipper {
         }
     }
 
+    /// Appends batch frames to the spool with one sync; their offsets, or `None` when they
+    /// could not be spooled (full, or an IO error: then it warns once and carries on without).
+    fn spool_frames(&mut self, frames: &[&BatchFrame]) -> Option<Vec<u64>> {
+        let spool = self.spool.as_mut()?;
+        match spool.append_frames(frames, false) {
+            Ok(Ok(at)) => {
+                self.unsynced = true;
+                Some(at)
+            }
+            Ok(Err(_full)) => None,
+            Err(e) => {
+                tracing::warn!("write the spool {}: {e}; continuing without it", spool.path().display());
+                self.spool = None;
+                None
+            }
+        }
+    }
+
+    /// Starts syncing the spool in the background when batches were written since the last
+    /// sync and none is running (so a slow disk never holds the queue back).
+    fn sync_in_background(&mut self) {
+        if !self.unsynced || self.sync_task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let Some(spool) = self.spool.as_ref() else { return };
+        match spool.sync_handle() {
+            Ok(file) => {
+                self.unsynced = false;
+                let path = spool.path().to_path_buf();
+                self.sync_task = Some(tokio::task::spawn_blocking(move || {
+                    if let Err(e) = file.sync_data() {
+                        tracing::warn!("sync the spool {}: {e}", path.display());
+                    }
+                }));
+            }
+            Err(e) => tracing::debug!("sync the spool: {e}"),
+        }
+    }
+
     /// Appends to the spool; on an IO error, warns once and carries on without it.
     fn spool_append(&mut self, record: &Record, sync: bool) -> Option<u64> {
         let spool = self.spool.as_mut()?;
-        match tokio::task::block_in_place(|| spool.append(record, sync)) {
+        match spool.append(record, sync) {
             Ok(Ok(at)) => Some(at),
             Ok(Err(_full)) => None,
             Err(e) => {

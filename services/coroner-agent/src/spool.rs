@@ -2,22 +2,29 @@
 //! the server never acknowledged survive the agent's exit and are replayed by the next agent of
 //! the same job and rank key (or uploaded later).
 //!
-//! # Format (version 1)
+//! # Format (version 2)
 //!
 //! One append-only file per agent instance, `<dir>/<agent_instance>.spool`:
 //!
 //! - header: magic `CORSPOOL`, `u32` format version, `u32` length, the session's
 //!   `OpenSessionRequest` (prost), and the `u32` crc32 of those bytes;
 //! - records: `u32` body length, `u32` crc32 of the body, then the body: one kind byte and a
-//!   payload: `1` a `LogBatch` (prost), `2` the acknowledgement of a batch id (`u64`),
-//!   `3` the process end (`ProcessExit`, prost), `4` the server acknowledged that end.
+//!   payload: `1` a `LogBatch` (prost) numbered by this agent from 0 (the base record says
+//!   where its streams start), `2` the acknowledgement of a batch id (`u64`), `3` the process
+//!   end (`ProcessExit`, prost), `4` the server acknowledged that end, `5` the base (below),
+//!   `6` (since version 2) a `LogBatch` whose numbers are already rebased: the exact bytes
+//!   that were sent.
 //!
 //! All integers little-endian. A reader stops at the first torn or corrupt record and says so.
+//! Version 1 files (no kind 6) are still read.
 //!
 //! # Durability (fsync policy)
 //!
-//! A batch record is written with one `write` and followed by `fdatasync`: one sync per batch
-//! (at most ~10 per second at the default 100 ms batching), never one per line. Acknowledgement
+//! A batch record is written with one `write` before the batch is sent, so it survives the
+//! agent's own death (the kernel has it). It is made durable against the host's crash by an
+//! `fdatasync` in the background: one at a time, each covering every record written before it
+//! (so a burst costs a few syncs, a quiet stream about ten per second at the default 100 ms
+//! batching), never one per line, and never on the path that drains the queue. Acknowledgement
 //! records are not synced: losing one only makes the next agent resend lines the server
 //! deduplicates by sequence number. The exit record is synced. Lines still in the in-memory queue
 //! when the agent is SIGKILLed are lost; that window is one batching interval.
@@ -25,15 +32,18 @@
 //! Each live agent holds an exclusive `flock` on its spool file, so a replaying agent never takes
 //! a spool from one that is still running.
 
+use bytes::{BufMut, Bytes, BytesMut};
 use coroner_proto::v1;
 use prost::Message;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: &[u8; 8] = b"CORSPOOL";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Older versions this reader still reads.
+const READABLE_VERSIONS: [u32; 2] = [1, 2];
 const MAX_RECORD: u32 = 256 << 20;
 
 const KIND_BATCH: u8 = 1;
@@ -41,11 +51,15 @@ const KIND_ACK: u8 = 2;
 const KIND_EXIT: u8 = 3;
 const KIND_EXIT_ACKED: u8 = 4;
 const KIND_BASE: u8 = 5;
+const KIND_REBASED_BATCH: u8 = 6;
 
 /// One spool record.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
+    /// Lines numbered by this agent from 0 (rebased on the spool's base record when sent).
     Batch(v1::LogBatch),
+    /// Lines whose numbers are already rebased (what the server was sent).
+    RebasedBatch(v1::LogBatch),
     Ack(u64),
     Exit(v1::ProcessExit),
     ExitAcked,
@@ -59,6 +73,10 @@ impl Record {
         match self {
             Record::Batch(b) => {
                 body.push(KIND_BATCH);
+                b.encode(&mut body).expect("vec grows");
+            }
+            Record::RebasedBatch(b) => {
+                body.push(KIND_REBASED_BATCH);
                 b.encode(&mut body).expect("vec grows");
             }
             Record::Ack(id) => {
@@ -88,6 +106,7 @@ impl Record {
         let (kind, payload) = body.split_first().ok_or("empty record")?;
         match *kind {
             KIND_BATCH => v1::LogBatch::decode(payload).map(Record::Batch).map_err(|e| e.to_string()),
+            KIND_REBASED_BATCH => v1::LogBatch::decode(payload).map(Record::RebasedBatch).map_err(|e| e.to_string()),
             KIND_ACK => {
                 let id: [u8; 8] = payload.try_into().map_err(|_| "ack record is not 8 bytes")?;
                 Ok(Record::Ack(u64::from_le_bytes(id)))
@@ -109,6 +128,37 @@ impl Record {
             }
             other => Err(format!("unknown record kind {other}")),
         }
+    }
+}
+
+/// A batch record built around bytes encoded elsewhere (see `crate::wire`): the frame is
+/// written to the spool as is, and its payload is what is sent.
+#[derive(Debug, Clone)]
+pub struct BatchFrame {
+    frame: Bytes,
+}
+
+impl BatchFrame {
+    /// `fill` appends the `LogBatch` bytes; `rebased` says whether their numbers are rebased.
+    pub fn build<T>(rebased: bool, capacity: usize, fill: impl FnOnce(&mut BytesMut) -> T) -> (BatchFrame, T) {
+        let mut b = BytesMut::with_capacity(9 + capacity);
+        b.put_slice(&[0; 8]);
+        b.put_u8(if rebased { KIND_REBASED_BATCH } else { KIND_BATCH });
+        let out = fill(&mut b);
+        let len = (b.len() - 8) as u32;
+        let crc = crc32fast::hash(&b[8..]);
+        b[..4].copy_from_slice(&len.to_le_bytes());
+        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        (BatchFrame { frame: b.freeze() }, out)
+    }
+
+    /// The `LogBatch` bytes.
+    pub fn payload(&self) -> Bytes {
+        self.frame.slice(9..)
+    }
+
+    pub fn len(&self) -> usize {
+        self.frame.len()
     }
 }
 
@@ -173,8 +223,63 @@ impl SpoolWriter {
         Ok(Ok(offset))
     }
 
-    /// Reads back the record at `offset` (a batch evicted from memory, to resend it).
+    /// Appends batch frames, then syncs once when `sync`; returns their offsets, or `SpoolFull`
+    /// (then none was written).
+    pub fn append_frames(&mut self, frames: &[&BatchFrame], sync: bool) -> io::Result<Result<Vec<u64>, SpoolFull>> {
+        let total: u64 = frames.iter().map(|f| f.len() as u64).sum();
+        if self.len + total > self.max_bytes {
+            return Ok(Err(SpoolFull));
+        }
+        let mut offsets = Vec::with_capacity(frames.len());
+        for f in frames {
+            offsets.push(self.len);
+            self.file.write_all(&f.frame)?;
+            self.len += f.len() as u64;
+        }
+        if sync && !frames.is_empty() {
+            self.file.sync_data()?;
+        }
+        Ok(Ok(offsets))
+    }
+
+    /// Another handle on the file, to sync it from another thread.
+    pub fn sync_handle(&self) -> io::Result<File> {
+        self.file.try_clone()
+    }
+
+    /// The payload of the batch record at `offset`, as written (a batch evicted from memory, to
+    /// resend it without decoding it), and whether its numbers are rebased.
+    pub fn read_batch_payload(&self, offset: u64) -> io::Result<(Bytes, bool)> {
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+        let mut head = [0u8; 8];
+        self.read_exact_at(&mut head, offset)?;
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
+        let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+        if len < 1 || len > MAX_RECORD {
+            return Err(bad(format!("implausible record length {len} at offset {offset}")));
+        }
+        let mut body = vec![0u8; len as usize];
+        self.read_exact_at(&mut body, offset + 8)?;
+        if crc32fast::hash(&body) != crc {
+            return Err(bad(format!("checksum mismatch at offset {offset}")));
+        }
+        let rebased = match body[0] {
+            KIND_BATCH => false,
+            KIND_REBASED_BATCH => true,
+            other => return Err(bad(format!("record at offset {offset} is of kind {other}, not a batch"))),
+        };
+        Ok((Bytes::from(body).slice(1..), rebased))
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buf, offset)
+    }
+
+    /// Reads back the record at `offset`.
+    #[cfg(test)]
     pub fn read_at(&self, offset: u64) -> io::Result<Record> {
+        use std::io::{Seek, SeekFrom};
         let mut f = &self.file;
         f.seek(SeekFrom::Start(offset))?;
         match read_record(&mut f)? {
@@ -209,10 +314,18 @@ impl SpoolContents {
     }
 }
 
+/// A spooled batch the server has not acknowledged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpooledBatch {
+    pub batch: v1::LogBatch,
+    /// Its numbers are already rebased (no base to add).
+    pub rebased: bool,
+}
+
 /// What of a spool the server has not acknowledged.
 #[derive(Debug, Default)]
 pub struct Unacked {
-    pub batches: Vec<v1::LogBatch>,
+    pub batches: Vec<SpooledBatch>,
     pub exit: Option<v1::ProcessExit>,
 }
 
@@ -224,7 +337,10 @@ impl SpoolContents {
         let mut exit_acked = false;
         for (_, r) in &self.records {
             match r {
-                Record::Batch(b) if !acked.contains(&b.batch_id) => out.batches.push(b.clone()),
+                Record::Batch(b) if !acked.contains(&b.batch_id) => out.batches.push(SpooledBatch { batch: b.clone(), rebased: false }),
+                Record::RebasedBatch(b) if !acked.contains(&b.batch_id) => {
+                    out.batches.push(SpooledBatch { batch: b.clone(), rebased: true })
+                }
                 Record::Exit(e) => out.exit = Some(e.clone()),
                 Record::ExitAcked => exit_acked = true,
                 _ => {}
@@ -246,8 +362,8 @@ pub fn read_spool(mut r: impl Read) -> io::Result<SpoolContents> {
         return Err(bad("not a coroner spool (bad magic)"));
     }
     let version = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
-        return Err(bad(&format!("spool format version {version} is not supported (expected {FORMAT_VERSION})")));
+    if !READABLE_VERSIONS.contains(&version) {
+        return Err(bad(&format!("spool format version {version} is not supported (this agent reads versions 1 to {FORMAT_VERSION})")));
     }
     let slen = u32::from_le_bytes(fixed[12..16].try_into().expect("4 bytes"));
     if slen > MAX_RECORD {
@@ -379,7 +495,7 @@ mod tests {
         assert_eq!(c.base(), Some(base));
         assert!(c.corrupt.is_none());
         let u = c.unacked();
-        assert_eq!(u.batches, vec![batch(1, b"two")]);
+        assert_eq!(u.batches, vec![SpooledBatch { batch: batch(1, b"two"), rebased: false }]);
         assert_eq!(u.exit, Some(exit));
     }
 
@@ -411,11 +527,48 @@ mod tests {
     #[test]
     fn wrong_magic_or_version_is_refused() {
         assert!(read_spool(&b"NOTSPOOL\x01\0\0\0\0\0\0\0\0\0\0\0"[..]).is_err());
-        let mut v2 = Vec::from(&MAGIC[..]);
-        v2.extend_from_slice(&2u32.to_le_bytes());
-        v2.extend_from_slice(&[0; 8]);
-        let err = read_spool(&v2[..]).unwrap_err();
-        assert!(err.to_string().contains("version 2"));
+        let mut v3 = Vec::from(&MAGIC[..]);
+        v3.extend_from_slice(&3u32.to_le_bytes());
+        v3.extend_from_slice(&[0; 8]);
+        let err = read_spool(&v3[..]).unwrap_err();
+        assert!(err.to_string().contains("version 3"), "{err}");
+    }
+
+    #[test]
+    fn a_version_1_spool_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a1.spool");
+        let mut w = SpoolWriter::create(&path, &session(), u64::MAX).unwrap();
+        w.append(&Record::Batch(batch(0, b"old")), true).unwrap().unwrap();
+        drop(w);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let c = read_spool(&bytes[..]).unwrap();
+        assert_eq!(c.unacked().batches, vec![SpooledBatch { batch: batch(0, b"old"), rebased: false }]);
+    }
+
+    #[test]
+    fn batch_frames_are_spooled_as_sent_and_read_back_without_decoding() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a1.spool");
+        let mut w = SpoolWriter::create(&path, &session(), u64::MAX).unwrap();
+        let encoded = |b: &v1::LogBatch, rebased| BatchFrame::build(rebased, 64, |out| b.encode(out).unwrap()).0;
+        let (one, two) = (encoded(&batch(1, b"rebased \xff"), true), encoded(&batch(2, b"local"), false));
+        let at = w.append_frames(&[&one, &two], true).unwrap().unwrap();
+        w.append(&Record::Ack(2), false).unwrap().unwrap();
+        assert_eq!(w.read_batch_payload(at[0]).unwrap(), (one.payload(), true));
+        assert_eq!(w.read_batch_payload(at[1]).unwrap(), (two.payload(), false));
+        assert_eq!(v1::LogBatch::decode(one.payload()).unwrap(), batch(1, b"rebased \xff"));
+        let c = read_spool(File::open(&path).unwrap()).unwrap();
+        assert_eq!(c.records[0], (at[0], Record::RebasedBatch(batch(1, b"rebased \xff"))));
+        assert_eq!(c.unacked().batches, vec![SpooledBatch { batch: batch(1, b"rebased \xff"), rebased: true }]);
+        // Not a batch, or a damaged one: an error, never a wrong batch.
+        let ack_at = at[1] + two.len() as u64;
+        assert!(w.read_batch_payload(ack_at).is_err());
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[at[0] as usize + 12] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(w.read_batch_payload(at[0]).unwrap_err().to_string().contains("checksum"));
     }
 
     #[test]

@@ -14,13 +14,17 @@ struct Fake {
     sessions: Arc<Mutex<Vec<v1::OpenSessionRequest>>>,
     lines: Arc<Mutex<Vec<v1::LogLine>>>,
     exits: Arc<Mutex<Vec<v1::ProcessExit>>>,
+    /// What `OpenSession` says the server already holds.
+    resume_from: std::collections::HashMap<String, u64>,
+    /// Takes batches but never acknowledges them.
+    silent: bool,
 }
 
 #[tonic::async_trait]
 impl Ingest for Fake {
     async fn open_session(&self, r: Request<v1::OpenSessionRequest>) -> Result<Response<v1::OpenSessionResponse>, Status> {
         self.sessions.lock().unwrap().push(r.into_inner());
-        Ok(Response::new(v1::OpenSessionResponse { session_id: "s1".into(), resume_from: Default::default() }))
+        Ok(Response::new(v1::OpenSessionResponse { session_id: "s1".into(), resume_from: self.resume_from.clone() }))
     }
     async fn sync_clock(&self, r: Request<v1::ClockProbe>) -> Result<Response<v1::ClockProbe>, Status> {
         let mut p = r.into_inner();
@@ -31,11 +35,15 @@ impl Ingest for Fake {
     type ShipLogsStream = Pin<Box<dyn Stream<Item = Result<v1::BatchAck, Status>> + Send>>;
     async fn ship_logs(&self, r: Request<Streaming<v1::LogBatch>>) -> Result<Response<Self::ShipLogsStream>, Status> {
         let lines = self.lines.clone();
-        let out = r.into_inner().map(move |b| {
-            let b = b?;
+        let silent = self.silent;
+        let out = r.into_inner().filter_map(move |b| {
+            let b = match b {
+                Ok(b) => b,
+                Err(e) => return Some(Err(e)),
+            };
             assert_eq!(b.session_id, "s1");
             lines.lock().unwrap().extend(b.lines);
-            Ok(v1::BatchAck { batch_id: b.batch_id, duplicates: 0 })
+            (!silent).then_some(Ok(v1::BatchAck { batch_id: b.batch_id, duplicates: 0 }))
         });
         Ok(Response::new(Box::pin(out)))
     }
@@ -52,7 +60,10 @@ impl Ingest for Fake {
 }
 
 async fn serve() -> (Fake, String) {
-    let fake = Fake::default();
+    serve_fake(Fake::default()).await
+}
+
+async fn serve_fake(fake: Fake) -> (Fake, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let svc = IngestServer::new(fake.clone());
@@ -142,4 +153,25 @@ async fn a_later_agent_replays_the_spool_a_disconnected_one_left() {
     let left: Vec<_> = std::fs::read_dir(dir.path().join("ship/rank-1")).unwrap().flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "spool")).collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_of_rebased_batches_is_replayed_without_rebasing_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let held: std::collections::HashMap<String, u64> = [("1/stdout".to_string(), 10)].into();
+    // The first agent learns that the server holds lines 0-9, numbers its own from 10, and is
+    // never acknowledged: its spool keeps the batch exactly as sent.
+    let (first, server) = serve_fake(Fake { resume_from: held, silent: true, ..Fake::default() }).await;
+    let out = run_agent(server, dir.path().into(), &["--rank", "1", "--flush-timeout", "1"], "echo x; echo y").await;
+    assert_eq!(out.status.code(), Some(0));
+    let sent: Vec<u64> = first.lines.lock().unwrap().iter().map(|l| l.seq).collect();
+    assert_eq!(sent, vec![10, 11]);
+
+    // Meanwhile line 10 got committed: the replay sends 11 only, numbered as first sent.
+    let held: std::collections::HashMap<String, u64> = [("1/stdout".to_string(), 11)].into();
+    let (fake, server) = serve_fake(Fake { resume_from: held, ..Fake::default() }).await;
+    let out = run_agent(server, dir.path().into(), &["--rank", "1"], "echo second").await;
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Vec<(u64, Vec<u8>)> = fake.lines.lock().unwrap().iter().map(|l| (l.seq, l.raw.clone())).collect();
+    assert_eq!(got, vec![(11, b"y".to_vec()), (11, b"second".to_vec())]);
 }

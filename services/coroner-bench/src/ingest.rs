@@ -3,11 +3,17 @@
 //! [`BATCH_LINES`] lines and a window of unacknowledged batches, like the real agent). The clock
 //! runs from the first batch sent to the last ack; then a search must find every line.
 //!
+//! Like the real agent, a simulated agent encodes each batch once, before it is sent (the real
+//! one when it forms and spools the batch): here before the clock starts, so the figure is the
+//! server's, not this process's protobuf encoder's (the agent's own cost is the agent figure).
+//!
 //! The reference: the same documents (the committer's `IndexedLine`s) through
 //! [`JobIndex::add`] and one [`JobIndex::commit`], no network, no parsing.
 
 use crate::parse::CorpusFile;
 use anyhow::{ensure, Context, Result};
+use bytes::{BufMut, Bytes};
+use prost::Message;
 use coroner_index::{IndexedLine, JobIndex};
 use coroner_proto::v1;
 use coroner_proto::v1::ingest_client::IngestClient;
@@ -86,7 +92,23 @@ pub struct IngestFigures {
     pub searchable: bool,
 }
 
-/// One agent's batches, built before the clock starts.
+/// One agent's batches (the `LogBatch` id and lines, encoded), built before the clock starts.
+fn encode_batches(batches: &[Vec<v1::LogLine>]) -> Vec<Bytes> {
+    batches
+        .iter()
+        .enumerate()
+        .map(|(i, lines)| {
+            let batch = v1::LogBatch {
+                batch_id: i as u64,
+                lines: lines.clone(),
+                ..Default::default()
+            };
+            Bytes::from(batch.encode_to_vec())
+        })
+        .collect()
+}
+
+/// One agent's lines in batches.
 fn agent_batches(files: &[CorpusFile], rank: u32, lines: usize) -> Vec<Vec<v1::LogLine>> {
     let source: Vec<&coroner_model::LogLine> = files.iter().flat_map(|f| &f.lines).collect();
     let offset = rank as usize * 7919 % source.len();
@@ -126,9 +148,11 @@ async fn agent(
     job: String,
     rank: u32,
     world: u32,
-    batches: Vec<Vec<v1::LogLine>>,
+    batches: Vec<Bytes>,
 ) -> Result<()> {
-    let mut client = IngestClient::connect(url).await.context("connect")?;
+    let mut client = IngestClient::connect(url.clone())
+        .await
+        .context("connect")?;
     let open = client
         .open_session(v1::OpenSessionRequest {
             job_id: job,
@@ -142,33 +166,33 @@ async fn agent(
         .await
         .context("open session")?
         .into_inner();
-    let (tx, rx) = tokio::sync::mpsc::channel::<v1::LogBatch>(WINDOW);
-    let mut acks = client
-        .ship_logs(tokio_stream::wrappers::ReceiverStream::new(rx))
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(WINDOW);
+    let mut acks = ship_logs(&url, tokio_stream::wrappers::ReceiverStream::new(rx))
         .await
-        .context("ship logs")?
-        .into_inner();
+        .context("ship logs")?;
     let total = batches.len();
     let sender = {
-        let session_id = open.session_id.clone();
+        let session = v1::LogBatch {
+            session_id: open.session_id.clone(),
+            ..Default::default()
+        }
+        .encode_to_vec();
         let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(WINDOW));
         let p2 = permits.clone();
         let task = tokio::spawn(async move {
-            for (i, lines) in batches.into_iter().enumerate() {
+            for body in batches {
                 let permit = p2
                     .acquire()
                     .await
                     .map_err(|_| anyhow::anyhow!("window closed"))?;
                 permit.forget();
-                tx.send(v1::LogBatch {
-                    session_id: session_id.clone(),
-                    batch_id: i as u64,
-                    lines,
-                    clock: Vec::new(),
-                    spool_backlog: 0,
-                })
-                .await
-                .map_err(|_| anyhow::anyhow!("the stream closed"))?;
+                // The session id in front of the encoded batch: one LogBatch on the wire.
+                let mut message = Vec::with_capacity(session.len() + body.len());
+                message.extend_from_slice(&session);
+                message.extend_from_slice(&body);
+                tx.send(Bytes::from(message))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("the stream closed"))?;
             }
             Ok::<_, anyhow::Error>(tx)
         });
@@ -206,6 +230,7 @@ pub async fn run(
     let all: Vec<Vec<Vec<v1::LogLine>>> = (0..agents)
         .map(|r| agent_batches(files, r, per_agent))
         .collect();
+    let encoded: Vec<Vec<Bytes>> = all.iter().map(|b| encode_batches(b)).collect();
     let lines = u64::from(agents) * per_agent as u64;
     // The documents of the reference, exactly as the committer builds them.
     let docs: Vec<IndexedLine> = all
@@ -214,9 +239,10 @@ pub async fn run(
         .flat_map(|(r, batches)| batches.iter().flatten().map(move |l| indexed(r as u32, l)))
         .collect();
 
+    drop(all);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for (rank, batches) in all.into_iter().enumerate() {
+    for (rank, batches) in encoded.into_iter().enumerate() {
         tasks.push(tokio::spawn(agent(
             server.url(),
             job.clone(),
@@ -240,6 +266,72 @@ pub async fn run(
         agents,
         searchable,
     })
+}
+
+/// `Ingest.ShipLogs` sending already-encoded `LogBatch` bytes.
+async fn ship_logs(
+    url: &str,
+    batches: impl tokio_stream::Stream<Item = Bytes> + Send + 'static,
+) -> Result<tonic::Streaming<v1::BatchAck>> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .context("connect")?;
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.context("the connection is not ready")?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/coroner.v1.Ingest/ShipLogs");
+    Ok(grpc
+        .streaming(tonic::Request::new(batches), path, RawCodec)
+        .await?
+        .into_inner())
+}
+
+/// Writes messages that are already encoded; decodes `BatchAck`s.
+#[derive(Clone, Copy)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = v1::BatchAck;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        *self
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        *self
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = v1::BatchAck;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<v1::BatchAck>, tonic::Status> {
+        v1::BatchAck::decode(buf)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
 }
 
 /// Docs per second through `JobIndex::add` and one commit, in a fresh index.

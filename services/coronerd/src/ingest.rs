@@ -56,6 +56,15 @@ fn now_ns() -> i64 {
 
 type AckStream = Pin<Box<dyn Stream<Item = Result<v1::BatchAck, Status>> + Send>>;
 
+/// Batches one `ShipLogs` stream may have queued for commit before it stops reading.
+const IN_FLIGHT: usize = 32;
+
+/// A batch of a `ShipLogs` stream, in the order it arrived.
+enum Submitted {
+    Queued(u64, tokio::sync::oneshot::Receiver<crate::committer::Reply>),
+    Failed(ServiceError),
+}
+
 #[tonic::async_trait]
 impl Ingest for IngestService {
     async fn open_session(&self, req: Request<v1::OpenSessionRequest>) -> Result<Response<v1::OpenSessionResponse>, Status> {
@@ -128,6 +137,23 @@ impl Ingest for IngestService {
         let store = self.jobs.store.clone();
         let metrics = self.metrics.clone();
         metrics.agents_connected.fetch_add(1, Relaxed);
+        // Batches are submitted as they arrive (several in flight per stream, so one job's
+        // commits group many batches); a second task answers them in order.
+        let (order_tx, mut order_rx) = tokio::sync::mpsc::channel::<Submitted>(IN_FLIGHT);
+        tokio::spawn(async move {
+            while let Some(submitted) = order_rx.recv().await {
+                let result = match submitted {
+                    Submitted::Queued(batch_id, wait) => {
+                        Job::committed(wait).await.map(|duplicates| v1::BatchAck { batch_id, duplicates })
+                    }
+                    Submitted::Failed(e) => Err(e),
+                };
+                let failed = result.is_err();
+                if tx.send(result.map_err(Status::from)).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
         tokio::spawn(async move {
             // This stream's share of the agents' spool backlog gauge.
             let mut backlog = 0i64;
@@ -142,9 +168,13 @@ impl Ingest for IngestService {
                 let reported = i64::try_from(batch.spool_backlog).unwrap_or(i64::MAX / 2);
                 metrics.spool_backlog_bytes.fetch_add(reported - backlog, Relaxed);
                 backlog = reported;
-                let result = handle_batch(&sessions, &store, batch).await;
-                let failed = result.is_err();
-                if tx.send(result.map_err(Status::from)).await.is_err() || failed {
+                let batch_id = batch.batch_id;
+                let submitted = match submit_batch(&sessions, &store, batch).await {
+                    Ok(wait) => Submitted::Queued(batch_id, wait),
+                    Err(e) => Submitted::Failed(e),
+                };
+                let failed = matches!(submitted, Submitted::Failed(_));
+                if order_tx.send(submitted).await.is_err() || failed {
                     break;
                 }
             }
@@ -233,11 +263,12 @@ fn describe(exit_code: Option<i32>, signal: Option<i32>) -> String {
     }
 }
 
-async fn handle_batch(
+/// Validates a batch, stores its clock samples and queues its lines for commit.
+async fn submit_batch(
     sessions: &HashMap<String, Session>,
     store: &Arc<dyn coroner_store::Metastore>,
     batch: v1::LogBatch,
-) -> Result<v1::BatchAck, ServiceError> {
+) -> Result<tokio::sync::oneshot::Receiver<crate::committer::Reply>, ServiceError> {
     let session = sessions.get(&batch.session_id).ok_or_else(|| {
         ServiceError::FailedPrecondition(format!("unknown session {:?}: open the session before shipping logs", batch.session_id))
     })?;
@@ -268,6 +299,5 @@ async fn handle_batch(
             session.job.update(|p| p.add_clock_samples(samples));
         }
     }
-    let duplicates = session.job.commit(lines, session.host.clone()).await?;
-    Ok(v1::BatchAck { batch_id: batch.batch_id, duplicates })
+    session.job.submit(lines, session.host.clone()).await
 }

@@ -1,15 +1,16 @@
-//! One job on the server: its index, its pipeline, and two tasks.
+//! One job on the server: its index, its pipeline, and its tasks.
 //!
-//! The committer is the job's only writer: it takes batches from a bounded queue (backpressure for
-//! agents), drops lines it already has (dedup by rank, stream and sequence number), adds the rest
-//! to the index, commits, and only then acknowledges. The reporter recomputes the report when new
+//! The committer (`committer.rs`) is the job's only writer: it takes batches from a bounded queue
+//! (backpressure for agents), drops lines it already has, indexes and commits the rest, feeds
+//! them to the pipeline, and only then acknowledges. The reporter recomputes the report when new
 //! evidence arrived (at most every [`REPORT_DEBOUNCE`]) and publishes it to watchers.
 
+use crate::committer::{self, CommitRequest, Reply, COMMIT_QUEUE};
 use crate::error::ServiceError;
 use crate::metrics::Metrics;
 use coroner_analysis::RuleSet;
-use coroner_index::{IndexedLine, JobIndex};
-use coroner_model::{JobId, LogLine, Rank, Report, Stream};
+use coroner_index::JobIndex;
+use coroner_model::{JobId, LogLine, Report, Stream};
 use coroner_pipeline::JobPipeline;
 use coroner_store::Metastore;
 use std::collections::BTreeMap;
@@ -19,26 +20,19 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 pub const REPORT_DEBOUNCE: Duration = Duration::from_millis(50);
-const COMMIT_QUEUE: usize = 256;
 
-/// Lines to commit, and where to say when they are durable.
-pub struct CommitRequest {
-    pub lines: Vec<LogLine>,
-    pub host: String,
-    pub done: oneshot::Sender<Result<u32, ServiceError>>,
-}
-
-type Positions = BTreeMap<(Option<u32>, Stream), u64>;
+pub(crate) type Positions = BTreeMap<(Option<u32>, Stream), u64>;
 
 pub struct Job {
     pub id: JobId,
     pub index: Arc<JobIndex>,
     pub pipeline: Arc<Mutex<JobPipeline>>,
-    positions: Mutex<Positions>,
+    /// The next sequence number expected per (rank, stream): advanced by the committer only.
+    pub(crate) positions: Mutex<Positions>,
     commits: mpsc::Sender<CommitRequest>,
-    dirty: Arc<Notify>,
+    pub(crate) dirty: Arc<Notify>,
     /// Bumped whenever the evidence changes; a published report carries the version it saw.
-    version: Arc<AtomicU64>,
+    pub(crate) version: Arc<AtomicU64>,
     report: watch::Sender<Option<Arc<Report>>>,
     published_version: AtomicU64,
 }
@@ -67,7 +61,7 @@ impl Job {
             report,
             published_version: AtomicU64::new(0),
         });
-        tokio::spawn(committer(job.clone(), rx, store.clone(), metrics.clone()));
+        committer::start(&job, rx, store.clone(), metrics.clone());
         tokio::spawn(reporter(Arc::downgrade(&job), store, rules, metrics));
         crate::live::start(&job);
         job.dirty.notify_one();
@@ -76,11 +70,23 @@ impl Job {
 
     /// Queues lines and waits until they are durable; returns how many were duplicates.
     pub async fn commit(&self, lines: Vec<LogLine>, host: String) -> Result<u32, ServiceError> {
+        let wait = self.submit(lines, host).await?;
+        Self::committed(wait).await
+    }
+
+    /// Queues lines (waiting while the queue is full) without waiting for their commit, so one
+    /// stream can have several batches in flight; pass the receiver to [`Job::committed`].
+    pub async fn submit(&self, lines: Vec<LogLine>, host: String) -> Result<oneshot::Receiver<Reply>, ServiceError> {
         let (done, wait) = oneshot::channel();
         self.commits
             .send(CommitRequest { lines, host, done })
             .await
             .map_err(|_| ServiceError::Unavailable("the job is shutting down; retry".into()))?;
+        Ok(wait)
+    }
+
+    /// Waits for a submitted batch: how many of its lines were duplicates.
+    pub async fn committed(wait: oneshot::Receiver<Reply>) -> Result<u32, ServiceError> {
         wait.await.map_err(|_| ServiceError::Unavailable("the commit was interrupted; retry".into()))?
     }
 
@@ -137,135 +143,10 @@ impl Job {
         }
     }
 
-    /// Waits for queued commits to finish (used at shutdown).
+    /// Waits for queued commits to finish (used at shutdown): an empty request is answered
+    /// after every request queued before it.
     pub async fn drain(&self) {
-        let _ = self.commits.reserve_many(COMMIT_QUEUE).await;
-    }
-}
-
-async fn committer(job: Arc<Job>, mut rx: mpsc::Receiver<CommitRequest>, store: Arc<dyn Metastore>, metrics: Arc<Metrics>) {
-    while let Some(first) = rx.recv().await {
-        let mut requests = vec![first];
-        while requests.len() < 64 {
-            match rx.try_recv() {
-                Ok(r) => requests.push(r),
-                Err(_) => break,
-            }
-        }
-        let started = Instant::now();
-        let (fresh, duplicates) = job.dedup(&requests);
-        let lines: Vec<LogLine> = fresh.iter().flatten().cloned().collect();
-        let hosts: Vec<String> = requests.iter().map(|r| r.host.clone()).collect();
-        let index = job.index.clone();
-        let to_index: Vec<IndexedLine> = fresh
-            .iter()
-            .zip(&hosts)
-            .flat_map(|(ls, host)| ls.iter().map(move |l| indexed(l, host)))
-            .collect();
-        let result = tokio::task::spawn_blocking(move || {
-            index.add(&to_index)?;
-            index.commit()
-        })
-        .await;
-        let outcome: Result<(), ServiceError> = match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.into()),
-            Err(e) => Err(e.into()),
-        };
-        if outcome.is_ok() {
-            job.advance(&lines);
-            metrics.commits.fetch_add(1, Ordering::Relaxed);
-            metrics.commit_latency.observe(started.elapsed());
-            metrics.duplicate_lines.fetch_add(duplicates.iter().map(|d| u64::from(*d)).sum(), Ordering::Relaxed);
-            metrics.lines_ingested.fetch_add(lines.len() as u64, Ordering::Relaxed);
-            metrics.bytes_ingested.fetch_add(lines.iter().map(|l| l.bytes.len() as u64).sum(), Ordering::Relaxed);
-            metrics.batches.fetch_add(requests.len() as u64, Ordering::Relaxed);
-            let n = lines.len() as u64;
-            if let Err(e) = store.add_lines_count(&job.id, n).await {
-                tracing::warn!(job = %job.id, error = %e, "could not update the line count");
-            }
-            let pipeline = job.pipeline.clone();
-            let version = job.version.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                if let Ok(mut p) = pipeline.lock() {
-                    for l in lines {
-                        p.push_line(l);
-                    }
-                    version.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-            .await;
-            job.dirty.notify_one();
-        }
-        for (req, dups) in requests.into_iter().zip(duplicates) {
-            let reply = match &outcome {
-                Ok(()) => Ok(dups),
-                Err(e) => Err(ServiceError::Unavailable(format!("commit failed: {e}; retry"))),
-            };
-            let _ = req.done.send(reply);
-        }
-    }
-}
-
-impl Job {
-    /// Splits requests into lines not yet committed and counts of duplicates, per request.
-    fn dedup(&self, requests: &[CommitRequest]) -> (Vec<Vec<LogLine>>, Vec<u32>) {
-        let mut next = self.positions();
-        let mut fresh = Vec::with_capacity(requests.len());
-        let mut dups = Vec::with_capacity(requests.len());
-        for r in requests {
-            let mut keep = Vec::with_capacity(r.lines.len());
-            let mut d = 0;
-            for l in &r.lines {
-                let key = (l.rank.map(|r| r.0), l.stream);
-                let expected = next.entry(key).or_insert(0);
-                if l.seq < *expected {
-                    d += 1;
-                } else {
-                    *expected = l.seq + 1;
-                    keep.push(l.clone());
-                }
-            }
-            fresh.push(keep);
-            dups.push(d);
-        }
-        (fresh, dups)
-    }
-
-    fn advance(&self, lines: &[LogLine]) {
-        if let Ok(mut pos) = self.positions.lock() {
-            for l in lines {
-                let e = pos.entry((l.rank.map(|r| r.0), l.stream)).or_insert(0);
-                *e = (*e).max(l.seq + 1);
-            }
-        }
-    }
-}
-
-fn indexed(l: &LogLine, host: &str) -> IndexedLine {
-    IndexedLine {
-        rank: l.rank.map(|r: Rank| r.0),
-        stream: l.stream,
-        seq: l.seq,
-        capture_ns: l.capture_ns,
-        printed_ns: None,
-        host: host.to_string(),
-        kind: "line".to_string(),
-        severity: severity(&l.bytes).to_string(),
-        bytes: l.bytes.clone(),
-    }
-}
-
-/// A cheap severity for search filters; the typed events carry the real meaning.
-fn severity(bytes: &[u8]) -> &'static str {
-    let head = &bytes[..bytes.len().min(160)];
-    let has = |n: &[u8]| head.windows(n.len()).any(|w| w == n);
-    if has(b"Error") || has(b"ERROR") || has(b"[E") || has(b"[F") || has(b"Traceback") || has(b"Fatal") {
-        "error"
-    } else if has(b"WARN") || has(b"Warning") || has(b"[W") {
-        "warning"
-    } else {
-        "info"
+        let _ = self.commit(Vec::new(), String::new()).await;
     }
 }
 

@@ -5,6 +5,7 @@
 //! finish, and closes.
 
 pub mod config;
+mod committer;
 mod error;
 mod http;
 mod incidents;
