@@ -5,6 +5,7 @@ EXPECTED = {  # fault -> (verdict, culprit, class)
     "ok": ("succeeded", None, None), "hang": ("failed", 1, "hang"), "oom": ("failed", 1, "cuda_oom"),
     "kill": ("failed", 1, "killed"), "segv": ("failed", 1, "segfault"),
     "mismatch": ("failed", 1, "collective_mismatch"), "nan": ("failed", 1, "nan_inf"),
+    "leak": ("failed", 1, "cuda_oom"),
 }
 
 def iso(t):
@@ -27,11 +28,14 @@ def check(mode, fault, report_path, watch_path, start, end):
             break
     first_symptom = iso(f["time"]) if f.get("time") else None
     snaps = sorted({s["kind"] for s in r.get("snapshots", [])})
+    # The culprit's GPU memory as the agent sampled it (first, peak and last MiB).
+    mem = next((x.get("gpu_memory") for x in r.get("ranks", []) if x["rank"] == f.get("rank")), None)
+    gpu_memory = [mem["samples"], mem["first_mib"], mem["peak_mib"], mem["last_mib"]] if mem else None
     return {
         "mode": mode, "fault": fault, "expected": want, "reported": got, "ok": got == want,
         "job_seconds": round(float(end) - float(start), 1),
         "report_after_failure_s": round(detected - first_symptom, 1) if detected and first_symptom else None,
-        "snapshots": snaps, "confidence": f.get("confidence"),
+        "snapshots": snaps, "confidence": f.get("confidence"), "gpu_memory": gpu_memory,
     }
 
 def table(path):

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """A small DDP job on NCCL for coroner's real-GPU end-to-end runs. The fault comes from FAULT
-(ok, hang, oom, kill, segv, mismatch, nan) on rank FAULT_RANK at step FAULT_STEP.
+(ok, hang, oom, kill, segv, mismatch, nan, leak) on rank FAULT_RANK at step FAULT_STEP; `leak` keeps
+16 GiB more on the GPU every step (one step a second) until it runs out of memory, as a job that
+holds tensors across steps does.
 
 Launch it under torchrun, or set RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT yourself."""
 import ctypes
@@ -44,7 +46,13 @@ def main():
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     if FAULT == "nan":
         torch.autograd.set_detect_anomaly(True)
-    for step in range(STEPS):
+    kept = []
+    for step in range(STEPS if FAULT != "leak" else 10_000):
+        if FAULT == "leak" and RANK == FAULT_RANK and step >= 1:
+            kept.append(torch.ones(int(16 * 2**30), dtype=torch.uint8, device=dev))
+            time.sleep(1)
+        elif FAULT == "leak":
+            time.sleep(1)
         x = torch.randn(32, 16, device=dev)
         y = torch.randn(32, 1, device=dev)
         if RANK == FAULT_RANK and step == FAULT_STEP:

@@ -8,6 +8,7 @@
 mod capture;
 mod clock;
 mod collect;
+mod gpu_sampler;
 mod heartbeat;
 mod identity;
 mod launcher;
@@ -92,6 +93,10 @@ struct RunArgs {
     /// Do not switch on the flight recorder, watch for snapshots or collect GPU and kernel state on failure.
     #[arg(long, env = "CORONER_NO_SNAPSHOTS", value_parser = clap::builder::FalseyValueParser::new(), num_args = 0, default_missing_value = "true")]
     no_snapshots: bool,
+    /// Seconds between GPU memory samples (`nvidia-smi --query-gpu`), shipped as lines so the
+    /// report can show memory climbing before an OOM; 0 turns sampling off.
+    #[arg(long, env = "CORONER_GPU_SAMPLE_SECS", default_value = "10", value_parser = parse_seconds)]
+    gpu_sample_secs: Duration,
     /// Print errors only.
     #[arg(long, env = "CORONER_QUIET", value_parser = clap::builder::FalseyValueParser::new(), num_args = 0, default_missing_value = "true")]
     quiet: bool,
@@ -278,6 +283,15 @@ fn run(args: RunArgs) -> Result<i32> {
         });
         let filer = is_launcher.then(|| launcher::RankFiler::new(node_rank_base.unwrap_or(0)));
         let sequencer = Arc::new(Mutex::new(Sequencer::new(filer, queue.clone())));
+        let gpu_sampler = (!args.gpu_sample_secs.is_zero()).then(|| {
+            let s = sequencer.clone();
+            let visible = gpu_sampler::visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
+            gpu_sampler::Sampler::start(args.gpu_sample_secs, PathBuf::from("nvidia-smi"), visible, move |lines| {
+                if let Ok(mut s) = s.lock() {
+                    s.accept_all(Stream::File, lines);
+                }
+            })
+        });
         let mut pumps = Vec::new();
         if let Some(out) = child.stdout.take() {
             let s = sequencer.clone();
@@ -297,6 +311,9 @@ fn run(args: RunArgs) -> Result<i32> {
             }
         };
         let at_ns = now_ns();
+        if let Some(g) = gpu_sampler {
+            tokio::task::spawn_blocking(move || g.stop());
+        }
         if let Some(b) = &beat {
             b.abort();
         }

@@ -1,0 +1,150 @@
+//! Periodic GPU memory and utilisation samples while the child runs, so the report can show
+//! memory climbing before an out-of-memory error.
+//!
+//! Every interval it runs `nvidia-smi --query-gpu=...` (bounded by [`QUERY_LIMIT`]; a slow driver
+//! never stalls anything but the next sample) and hands one line per GPU, in the form of
+//! [`GpuSample::to_line`], to the agent's own `file` stream: the samples are then spooled,
+//! shipped, indexed and replayed like every other line. Without `nvidia-smi` it stops quietly
+//! after the first try. `CUDA_VISIBLE_DEVICES`, when it lists GPUs, limits the query to them.
+
+use crate::capture::{now_ns, SplitLine};
+use bytes::Bytes;
+use coroner_model::{GpuSample, GPU_QUERY_FIELDS};
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long one `nvidia-smi` query may take.
+const QUERY_LIMIT: Duration = Duration::from_secs(5);
+
+pub struct Sampler {
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Sampler {
+    /// Samples every `every` until [`Sampler::stop`]; `sink` gets each round's lines.
+    pub fn start(every: Duration, program: PathBuf, visible: Option<String>, mut sink: impl FnMut(Vec<SplitLine>) + Send + 'static) -> Sampler {
+        let (stop, stopped) = mpsc::channel();
+        let thread = std::thread::spawn(move || loop {
+            match query(&program, visible.as_deref()) {
+                Ok(samples) => {
+                    let at = now_ns();
+                    let lines = samples.iter().map(|s| SplitLine { bytes: Bytes::from(s.to_line()), capture_ns: at, truncated: 0 }).collect::<Vec<_>>();
+                    if !lines.is_empty() {
+                        sink(lines);
+                    }
+                }
+                Err(QueryError::Missing) => {
+                    tracing::debug!("no {}: GPU memory is not sampled", program.display());
+                    return;
+                }
+                Err(QueryError::Failed(why)) => tracing::debug!("GPU sample: {why}"),
+            }
+            if !matches!(stopped.recv_timeout(every), Err(mpsc::RecvTimeoutError::Timeout)) {
+                return;
+            }
+        });
+        Sampler { stop, thread }
+    }
+
+    /// Stops sampling (at once, even mid-interval) and waits for the thread.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}
+
+enum QueryError {
+    Missing,
+    Failed(String),
+}
+
+/// `CUDA_VISIBLE_DEVICES` as `nvidia-smi -i` takes it: indices or GPU UUIDs; None for anything
+/// else (unset, empty, `-1`, MIG names).
+pub fn visible_devices(env: Option<&str>) -> Option<String> {
+    let v = env?.trim();
+    let ok = !v.is_empty() && v.split(',').all(|d| d.chars().all(|c| c.is_ascii_digit()) && !d.is_empty() || d.starts_with("GPU-"));
+    ok.then(|| v.to_string())
+}
+
+fn query(program: &PathBuf, visible: Option<&str>) -> Result<Vec<GpuSample>, QueryError> {
+    let mut cmd = Command::new(program);
+    cmd.arg(format!("--query-gpu={GPU_QUERY_FIELDS}")).arg("--format=csv,noheader,nounits");
+    if let Some(v) = visible {
+        cmd.args(["-i", v]);
+    }
+    let mut child = match cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn() {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(QueryError::Missing),
+        Err(e) => return Err(QueryError::Failed(e.to_string())),
+    };
+    let deadline = Instant::now() + QUERY_LIMIT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(QueryError::Failed(format!("{} took longer than {QUERY_LIMIT:?}", program.display())));
+            }
+        }
+    }
+    let mut out = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    Ok(out.lines().filter_map(GpuSample::from_csv_row).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn visible_devices_are_passed_only_when_nvidia_smi_understands_them() {
+        assert_eq!(visible_devices(Some("0,1")), Some("0,1".into()));
+        assert_eq!(visible_devices(Some("GPU-5b840b50-5e49")), Some("GPU-5b840b50-5e49".into()));
+        assert_eq!(visible_devices(Some("")), None);
+        assert_eq!(visible_devices(Some("-1")), None);
+        assert_eq!(visible_devices(Some("MIG-1/2/3")), None);
+        assert_eq!(visible_devices(None), None);
+    }
+
+    #[test]
+    fn samples_each_gpu_every_interval_until_stopped() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fake = dir.path().join("nvidia-smi");
+        let args = dir.path().join("args");
+        std::fs::write(&fake, format!("#!/bin/sh\necho \"$@\" > {}\necho '0, 00000000:18:00.0, 1200, 143771, 97'\necho '1, 00000000:3B:00.0, [N/A], 143771, 0'\n", args.display())).expect("write");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let got: Arc<Mutex<Vec<SplitLine>>> = Arc::default();
+        let sink = got.clone();
+        let sampler = Sampler::start(Duration::from_millis(50), fake, Some("0".into()), move |l| sink.lock().expect("lock").extend(l));
+        std::thread::sleep(Duration::from_millis(400));
+        sampler.stop();
+        let lines = got.lock().expect("lock").clone();
+        assert!(lines.len() >= 2, "{lines:?}");
+        let first = std::str::from_utf8(&lines[0].bytes).expect("text");
+        assert_eq!(GpuSample::from_line(first).map(|s| (s.used_mib, s.util_pct)), Some((1200, Some(97))));
+        assert!(lines.iter().all(|l| !std::str::from_utf8(&l.bytes).expect("text").contains("3B:00")), "a row without memory is no sample");
+        let called = std::fs::read_to_string(args).expect("args");
+        assert!(called.contains("--query-gpu=index,pci.bus_id,memory.used") && called.contains("-i 0"), "{called}");
+    }
+
+    #[test]
+    fn no_nvidia_smi_means_no_samples_and_a_quick_stop() {
+        let got: Arc<Mutex<usize>> = Arc::default();
+        let sink = got.clone();
+        let sampler = Sampler::start(Duration::from_secs(3600), PathBuf::from("/nonexistent/nvidia-smi"), None, move |l| *sink.lock().expect("lock") += l.len());
+        let t = Instant::now();
+        sampler.stop();
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert_eq!(*got.lock().expect("lock"), 0);
+    }
+}
