@@ -1,6 +1,7 @@
 //! coroner's integration tests, compiled into one binary.
 
 mod bad_input;
+mod compose;
 mod end_to_end;
 mod golden;
 mod hardware;
@@ -11,4 +12,5 @@ mod query_api;
 mod served;
 mod skewed_clocks;
 mod snapshots;
+mod takeover;
 mod web;

@@ -33,7 +33,9 @@ pub async fn run(s: Settings) {
     loop {
         tokio::time::sleep(PERIOD).await;
         if client.is_none() {
-            client = open_channel(&s.server).await.ok().map(LivenessClient::new);
+            // Any instance will do: one that does not own the job passes the heartbeat on.
+            let first = crate::shipper::servers(&s.server).first().copied().unwrap_or_default();
+            client = open_channel(first).await.ok().map(LivenessClient::new);
         }
         let Some(c) = client.as_mut() else { continue };
         let req = HeartbeatRequest {

@@ -41,6 +41,8 @@ use tonic::transport::{Channel, Endpoint};
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// coronerd's gRPC URL, or several separated by commas (instances sharing one PostgreSQL),
+    /// tried in turn; a server that does not own the job redirects to the one that does.
     pub server: String,
     pub batch_lines: usize,
     pub batch_bytes: usize,
@@ -147,16 +149,52 @@ struct Formed {
     rebased: bool,
 }
 
+/// Why [`connect`] did not connect.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The server does not own the job: reconnect to the owner at this address.
+    Redirect(String),
+    Failed(String),
+}
+
+impl From<String> for ConnectError {
+    fn from(s: String) -> Self {
+        ConnectError::Failed(s)
+    }
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Redirect(owner) => write!(f, "the job is owned by the coronerd at {owner}"),
+            ConnectError::Failed(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The server list of [`Config::server`].
+pub fn servers(list: &str) -> Vec<&str> {
+    list.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()
+}
+
+fn open_refused(s: tonic::Status) -> ConnectError {
+    let owner = s.metadata().get("coroner-owner").and_then(|v| v.to_str().ok());
+    match owner {
+        Some(o) if s.code() == tonic::Code::FailedPrecondition => ConnectError::Redirect(o.to_string()),
+        _ => ConnectError::Failed(format!("open session: {}", s.message())),
+    }
+}
+
 /// Opens a channel, a session and a `ShipLogs` stream.
 pub async fn connect(
     channel: Channel,
     request: v1::OpenSessionRequest,
-) -> Result<(Conn, mpsc::Receiver<AckEvent>), String> {
+) -> Result<(Conn, mpsc::Receiver<AckEvent>), ConnectError> {
     let mut client = IngestClient::new(channel.clone());
     let open = tokio::time::timeout(Duration::from_secs(5), client.open_session(request))
         .await
         .map_err(|_| "open session: timed out".to_string())?
-        .map_err(|s| format!("open session: {}", s.message()))?
+        .map_err(open_refused)?
         .into_inner();
     let (tx, rx) = mpsc::channel::<Outgoing>(32);
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
@@ -412,7 +450,9 @@ impl Shipper {
     }
 
     fn spawn_connect(&mut self, gen: u64) {
-        let server = self.cfg.server.clone();
+        // Each attempt tries the next server of the list.
+        let list = servers(&self.cfg.server);
+        let server = list.get(gen as usize % list.len().max(1)).copied().unwrap_or_default().to_string();
         let request = self.session.clone();
         let orphans = std::mem::take(&mut self.orphans);
         let tx = self.events_tx.clone();
@@ -422,7 +462,14 @@ impl Shipper {
                 for (path, file) in orphans {
                     replay::replay(channel.clone(), path, file).await;
                 }
-                connect(channel, request).await.map(Box::new)
+                let connected = match connect(channel, request.clone()).await {
+                    Err(ConnectError::Redirect(owner)) => {
+                        tracing::info!("{server} does not own this job; connecting to its owner at {owner}");
+                        connect(open_channel(&owner).await?, request).await
+                    }
+                    other => other,
+                };
+                connected.map(Box::new).map_err(|e| e.to_string())
             }
             .await;
             let _ = tx.send(Event::Connected(gen, result));

@@ -36,6 +36,20 @@ pub struct Config {
     /// ...and never before this many seconds of silence.
     #[arg(long, env = "CORONER_HANG_FLOOR", default_value = "5", value_parser = parse_seconds)]
     pub hang_floor: std::time::Duration,
+    /// This instance's id among several sharing one PostgreSQL [default: a random id per start].
+    #[arg(long, env = "CORONER_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+    /// The gRPC URL other instances send agents and queries to for the jobs this one owns
+    /// [default: http://<the bound gRPC address>; set it when binding 0.0.0.0].
+    #[arg(long, env = "CORONER_ADVERTISE_GRPC")]
+    pub advertise_grpc: Option<String>,
+    /// The HTTP URL web requests for this instance's jobs are redirected to [default: http://<the bound HTTP address>].
+    #[arg(long, env = "CORONER_ADVERTISE_HTTP")]
+    pub advertise_http: Option<String>,
+    /// How long a job's ownership lasts without renewal (renewed every third of it): the time
+    /// another instance waits before taking over the jobs of one that died.
+    #[arg(long, env = "CORONER_LEASE_TTL", default_value = "10", value_parser = parse_seconds)]
+    pub lease_ttl: std::time::Duration,
 }
 
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
@@ -56,6 +70,22 @@ impl Config {
             retention: std::time::Duration::ZERO,
             hang_step_multiple: 10.0,
             hang_floor: std::time::Duration::from_secs(5),
+            instance_id: None,
+            advertise_grpc: None,
+            advertise_http: None,
+            lease_ttl: std::time::Duration::from_secs(10),
+        }
+    }
+
+    /// This instance as it claims job leases, once its listeners are bound.
+    pub fn instance(&self, grpc: std::net::SocketAddr, http: std::net::SocketAddr) -> crate::ownership::Instance {
+        crate::ownership::Instance {
+            claimant: coroner_store::Claimant {
+                owner: self.instance_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                grpc_address: self.advertise_grpc.clone().unwrap_or_else(|| format!("http://{grpc}")),
+                http_address: self.advertise_http.clone().unwrap_or_else(|| format!("http://{http}")),
+            },
+            ttl: self.lease_ttl.max(std::time::Duration::from_millis(300)),
         }
     }
 

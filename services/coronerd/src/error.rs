@@ -15,7 +15,15 @@ pub enum ServiceError {
     Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// Another coronerd instance owns the job: agents reconnect there, queries are proxied there.
+    #[error("another coronerd instance owns this job: connect to {}", .0.grpc)]
+    Elsewhere(crate::ownership::Owner),
 }
+
+/// The metadata key of a redirect: the owner's gRPC address (agents reconnect there).
+pub const OWNER_KEY: &str = "coroner-owner";
+/// The owner's HTTP address, for web requests.
+pub const OWNER_HTTP_KEY: &str = "coroner-owner-http";
 
 impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Status {
@@ -27,6 +35,17 @@ impl From<ServiceError> for Status {
             ServiceError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
                 Status::internal("internal error; see the coronerd log")
+            }
+            e @ ServiceError::Elsewhere(_) => {
+                let mut status = Status::failed_precondition(e.to_string());
+                if let ServiceError::Elsewhere(owner) = e {
+                    for (key, value) in [(OWNER_KEY, owner.grpc), (OWNER_HTTP_KEY, owner.http)] {
+                        if let Ok(v) = value.parse() {
+                            status.metadata_mut().insert(key, v);
+                        }
+                    }
+                }
+                status
             }
         }
     }

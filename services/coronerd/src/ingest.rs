@@ -21,6 +21,8 @@ use tonic::{Request, Response, Status, Streaming};
 #[derive(Clone)]
 struct Session {
     job: Arc<Job>,
+    /// This instance's lease on the job: no commit once it lapsed.
+    fence: Arc<crate::ownership::Fence>,
     rank: Option<Rank>,
     host: String,
     world_size: Option<u32>,
@@ -78,6 +80,7 @@ impl Ingest for IngestService {
         let now = now_ns();
         self.jobs.store.touch_job(&job_id, r.world_size, now).await.map_err(ServiceError::from)?;
         let job = self.jobs.get(&job_id, true).await?;
+        let fence = self.jobs.fence(&job_id).ok_or_else(|| ServiceError::Unavailable(format!("job {job_id} was closed here; retry")))?;
         let session_id = uuid::Uuid::new_v4().to_string();
         let record = SessionRecord {
             session_id: session_id.clone(),
@@ -114,7 +117,7 @@ impl Ingest for IngestService {
             .collect();
         self.sessions.lock().map_err(|_| ServiceError::Internal("session table lock".into()))?.insert(
             session_id.clone(),
-            Session { job, rank: r.rank.map(Rank), host: r.host, world_size: r.world_size },
+            Session { job, fence, rank: r.rank.map(Rank), host: r.host, world_size: r.world_size },
         );
         tracing::info!(job = %job_id, rank = ?r.rank, session = %session_id, "session opened");
         Ok(Response::new(v1::OpenSessionResponse { session_id, resume_from }))
@@ -272,6 +275,7 @@ async fn submit_batch(
     let session = sessions.get(&batch.session_id).ok_or_else(|| {
         ServiceError::FailedPrecondition(format!("unknown session {:?}: open the session before shipping logs", batch.session_id))
     })?;
+    session.fence.check(&session.job.id)?;
     let mut lines = Vec::with_capacity(batch.lines.len());
     for l in batch.lines {
         let line = line_from_wire(l, session.rank).map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;

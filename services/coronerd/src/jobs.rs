@@ -3,10 +3,15 @@
 //! Recovery: a job's committed lines are in its index; its ends, clock samples, sessions and
 //! snapshots are in the store. Opening a job replays both into a fresh pipeline, so a restarted
 //! server reports exactly what it acknowledged before.
+//!
+//! Ownership: a job is opened here only under this instance's lease (`ownership.rs`); when
+//! another live instance holds it, [`Jobs::get`] answers [`ServiceError::Elsewhere`]. Several
+//! instances share one data dir, so a new owner recovers a job exactly as a restarted server does.
 
 use crate::error::ServiceError;
 use crate::job::Job;
 use crate::metrics::Metrics;
+use crate::ownership::{self, Claim, Fence, Instance};
 use coroner_analysis::RuleSet;
 use coroner_index::JobIndex;
 use coroner_model::{JobId, LogLine, Rank, SnapshotSummary};
@@ -25,11 +30,58 @@ pub struct Jobs {
     pub metrics: Arc<Metrics>,
     pub shutdown: CancellationToken,
     open: Mutex<HashMap<JobId, Arc<Job>>>,
+    me: Arc<Instance>,
+    /// The lease of every job open here, and what stops its renewals.
+    fences: std::sync::Mutex<HashMap<JobId, (Arc<Fence>, CancellationToken)>>,
+    /// Stops the lease renewals, once the jobs are drained at shutdown.
+    keepers: CancellationToken,
 }
 
+/// How long opening a job waits for its previous owner's index lock (a process still exiting).
+const INDEX_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Jobs {
-    pub fn new(data_dir: PathBuf, store: Arc<dyn Metastore>, rules: RuleSet, metrics: Arc<Metrics>, shutdown: CancellationToken) -> Jobs {
-        Jobs { data_dir, store, rules: Arc::new(rules), metrics, shutdown, open: Mutex::new(HashMap::new()) }
+    pub fn new(data_dir: PathBuf, store: Arc<dyn Metastore>, rules: RuleSet, metrics: Arc<Metrics>, shutdown: CancellationToken, me: Instance) -> Jobs {
+        Jobs {
+            data_dir,
+            store,
+            rules: Arc::new(rules),
+            metrics,
+            shutdown,
+            open: Mutex::new(HashMap::new()),
+            me: Arc::new(me),
+            fences: std::sync::Mutex::new(HashMap::new()),
+            keepers: CancellationToken::new(),
+        }
+    }
+
+    /// The lease under which a job open here is written.
+    pub fn fence(&self, job: &JobId) -> Option<Arc<Fence>> {
+        self.fences.lock().unwrap_or_else(|p| p.into_inner()).get(job).map(|(f, _)| f.clone())
+    }
+
+    /// Opens the job's index, waiting a little for a previous owner's lock to go.
+    async fn open_index(&self, job: &JobId) -> Result<JobIndex, ServiceError> {
+        let started = std::time::Instant::now();
+        loop {
+            let dir = self.index_dir(job);
+            let opened = tokio::task::spawn_blocking(move || {
+                std::fs::create_dir_all(&dir).map_err(|e| ServiceError::Internal(format!("create {}: {e}", dir.display())))?;
+                JobIndex::open_or_create(&dir).map_err(|e| match e {
+                    coroner_index::IndexError::Locked(_) => ServiceError::Unavailable(format!(
+                        "{e}: the job's previous owner still holds its index; retry"
+                    )),
+                    e => ServiceError::from(e),
+                })
+            })
+            .await?;
+            match opened {
+                Err(ServiceError::Unavailable(_)) if started.elapsed() < INDEX_LOCK_WAIT => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     fn index_dir(&self, job: &JobId) -> PathBuf {
@@ -46,16 +98,29 @@ impl Jobs {
         if !create && self.store.get_job(job).await?.is_none() {
             return Err(ServiceError::NotFound(format!("no job {job:?} on this server (list them with `coroner jobs`)")));
         }
-        let dir = self.index_dir(job);
-        let index = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&dir).map_err(|e| ServiceError::Internal(format!("create {}: {e}", dir.display())))?;
-            JobIndex::open_or_create(&dir).map_err(ServiceError::from)
-        })
-        .await??;
-        let index = Arc::new(index);
-        let (pipeline, positions) = self.recover(job, index.clone()).await?;
+        let fence = match ownership::claim(&self.store, &self.me, job).await? {
+            Claim::Mine(f) => f,
+            Claim::Elsewhere(owner) => return Err(ServiceError::Elsewhere(owner)),
+        };
+        let opened = async {
+            let index = Arc::new(self.open_index(job).await?);
+            let (pipeline, positions) = self.recover(job, index.clone()).await?;
+            Ok::<_, ServiceError>((index, pipeline, positions))
+        }
+        .await;
+        let (index, pipeline, positions) = match opened {
+            Ok(o) => o,
+            Err(e) => {
+                ownership::release(&self.store, &self.me, job, &fence).await;
+                return Err(e);
+            }
+        };
         let j = Job::start(job.clone(), index, pipeline, positions, self.store.clone(), self.rules.clone(), self.metrics.clone());
         open.insert(job.clone(), j.clone());
+        let stop = self.keepers.child_token();
+        self.fences.lock().unwrap_or_else(|p| p.into_inner()).insert(job.clone(), (fence.clone(), stop.clone()));
+        ownership::keep(self.store.clone(), self.me.clone(), job.clone(), fence.clone(), stop);
+        tracing::info!(job = %job, epoch = fence.epoch(), "job opened here (this instance owns it)");
         Ok(j)
     }
 
@@ -115,7 +180,7 @@ impl Jobs {
                 highlights: facts.highlights,
             });
         }
-        let (pipeline, positions) = tokio::task::spawn_blocking(move || {
+        let (pipeline, positions, index_lines) = tokio::task::spawn_blocking(move || {
             let mut pipeline = pipeline;
             index.for_each_line(|l| {
                 pipeline.push_line(LogLine {
@@ -127,12 +192,21 @@ impl Jobs {
                 })
             })?;
             let positions = index.stream_positions()?;
-            Ok::<_, ServiceError>((pipeline, positions))
+            Ok::<_, ServiceError>((pipeline, positions, index.num_lines()))
         })
         .await??;
         let mut pipeline = pipeline;
-        if self.store.get_job(job).await?.and_then(|r| r.world_size).is_some_and(|w| ranks_ended >= w) {
+        let row = self.store.get_job(job).await?;
+        if row.as_ref().and_then(|r| r.world_size).is_some_and(|w| ranks_ended >= w) {
             pipeline.set_finished(true);
+        }
+        // A previous owner that died between its index commit and counting the lines left the
+        // count short: the index is the truth.
+        if let Some(row) = row {
+            let short = index_lines.saturating_sub(row.lines);
+            if short > 0 {
+                self.store.add_lines_count(job, short).await?;
+            }
         }
         Ok((pipeline, positions))
     }
@@ -140,6 +214,11 @@ impl Jobs {
     /// Closes a job the store no longer holds (deleted by retention) and deletes its index.
     pub async fn forget(&self, job: &JobId) -> Result<(), ServiceError> {
         self.open.lock().await.remove(job);
+        let lease = self.fences.lock().unwrap_or_else(|p| p.into_inner()).remove(job);
+        if let Some((fence, stop)) = lease {
+            stop.cancel();
+            ownership::release(&self.store, &self.me, job, &fence).await;
+        }
         let dir = self.data_dir.join("jobs").join(job.as_str());
         tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -154,10 +233,16 @@ impl Jobs {
         self.open.lock().await.values().cloned().collect()
     }
 
-    /// Lets every job finish its queued commits.
+    /// Lets every job finish its queued commits, then gives up their leases so that another
+    /// instance takes them over at once.
     pub async fn shutdown(&self) {
         for job in self.open_jobs().await {
             job.drain().await;
+        }
+        self.keepers.cancel();
+        let fences: Vec<_> = self.fences.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        for (job, (fence, _)) in fences {
+            ownership::release(&self.store, &self.me, &job, &fence).await;
         }
     }
 }

@@ -15,6 +15,8 @@ mod jobs;
 mod live;
 pub mod metrics;
 mod otlp;
+mod ownership;
+mod proxy;
 mod query;
 mod retention;
 mod snapshots;
@@ -51,10 +53,6 @@ pub async fn start(
     let store = coroner_store::connect(&config.database_url())
         .await
         .with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
-    let metrics = Arc::new(metrics::Metrics::default());
-    let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone()));
-    retention::spawn(jobs.clone(), config.retention, shutdown.clone());
-    let snapshot_store = Arc::new(snapshots::SnapshotStore::new(config.data_dir.join("snapshots"), config.snapshot_cap_bytes)?);
 
     let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
         .await
@@ -63,7 +61,14 @@ pub async fn start(
         .await
         .with_context(|| format!("bind the HTTP address {} (in use? set --http-addr)", config.http_addr))?;
     let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
-    tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), "coronerd listening");
+    let me = config.instance(bound.grpc, bound.http);
+    tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, "coronerd listening");
+    let metrics = Arc::new(metrics::Metrics::default());
+    let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone(), me));
+    retention::spawn(jobs.clone(), config.retention, shutdown.clone());
+    let snapshot_store = Arc::new(snapshots::SnapshotStore::new(config.data_dir.join("snapshots"), config.snapshot_cap_bytes)?);
+    // Queries and heartbeats about a job another instance owns go to the owner.
+    let peers = proxy::Peers::default();
 
     live::configure(config.hang_step_multiple, config.hang_floor);
     let liveness = live::LivenessService::new(jobs.clone());
@@ -86,8 +91,8 @@ pub async fn start(
             coroner_proto::v1::ingest_server::IngestServer::new(ingest)
                 .max_decoding_message_size(64 << 20),
         )
-        .add_service(coroner_proto::v1::query_server::QueryServer::new(query))
-        .add_service(coroner_proto::v1::liveness_server::LivenessServer::new(liveness))
+        .add_service(proxy::OwnerProxy::new(coroner_proto::v1::query_server::QueryServer::new(query), peers.clone()))
+        .add_service(proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers))
         .add_service(otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),

@@ -43,6 +43,7 @@ pub fn router(jobs: Arc<Jobs>, metrics: Arc<Metrics>, snapshots: Arc<SnapshotSto
         .route("/assets/job.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], JOB_JS) }))
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
+        .layer(axum::middleware::from_fn(to_owner))
         .with_state(AppState { jobs, metrics, snapshots })
 }
 
@@ -68,6 +69,7 @@ pub(crate) fn status_of(e: &ServiceError) -> StatusCode {
         ServiceError::FailedPrecondition(_) => StatusCode::CONFLICT,
         ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        ServiceError::Elsewhere(_) => StatusCode::TEMPORARY_REDIRECT,
     }
 }
 
@@ -82,8 +84,34 @@ pub(crate) fn public_message(e: &ServiceError) -> String {
     }
 }
 
+/// A job another instance owns: a redirect there, completed by [`to_owner`] with the path.
+fn elsewhere(e: &ServiceError) -> Option<Response> {
+    let ServiceError::Elsewhere(owner) = e else { return None };
+    let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
+    if let Ok(v) = owner.http.parse() {
+        r.headers_mut().insert(crate::error::OWNER_HTTP_KEY, v);
+    }
+    Some(r)
+}
+
+/// Turns a handler's redirect to the job's owner into `Location: <owner>/<same path and query>`.
+async fn to_owner(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+    let mut r = next.run(req).await;
+    if let Some(owner) = r.headers_mut().remove(crate::error::OWNER_HTTP_KEY) {
+        let target = format!("{}{path}", owner.to_str().unwrap_or_default().trim_end_matches('/'));
+        if let Ok(v) = target.parse() {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+    }
+    r
+}
+
 /// An error as a page.
 pub(crate) fn error_page(e: ServiceError) -> Response {
+    if let Some(r) = elsewhere(&e) {
+        return r;
+    }
     let status = status_of(&e);
     let body = format!("<p><a href=\"/\">jobs</a></p><h1>{}</h1><p class=\"error\">{}</p>", status, escape(&public_message(&e)));
     (status, page("coroner: error", &body)).into_response()
@@ -91,6 +119,9 @@ pub(crate) fn error_page(e: ServiceError) -> Response {
 
 /// An error as JSON: `{"error": "..."}`.
 pub(crate) fn error_json(e: ServiceError) -> Response {
+    if let Some(r) = elsewhere(&e) {
+        return r;
+    }
     let status = status_of(&e);
     (status, axum::Json(serde_json::json!({ "error": public_message(&e) }))).into_response()
 }
