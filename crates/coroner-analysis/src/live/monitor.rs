@@ -210,6 +210,8 @@ impl LiveMonitor {
     }
 
     /// The ranks suspected of hanging at `now` (same clock as the lines' capture times).
+    /// Linear in the number of ranks (what every rank shares is computed once), so it can run
+    /// every few hundred milliseconds on a large job.
     pub fn evaluate(&self, now: Nanos) -> Vec<SuspectedHang> {
         let Some((template, _)) = self.job_template() else { return Vec::new() };
         let views: Vec<View<'_>> = self
@@ -219,6 +221,10 @@ impl LiveMonitor {
             .filter_map(|(rank, r)| self.view(*rank, r, template))
             .filter(|v| v.median.is_some())
             .collect();
+        if views.len() < 2 {
+            return Vec::new();
+        }
+        let overview = self.overview(&views, now);
         let mut out = Vec::new();
         for v in &views {
             if activity(v.live) == Activity::Io {
@@ -229,17 +235,51 @@ impl LiveMonitor {
             if silent <= threshold {
                 continue;
             }
-            let peers: Vec<&View<'_>> = views.iter().filter(|p| p.rank != v.rank).collect();
-            if peers.is_empty() {
-                continue;
-            }
-            if let Some(found) = self.behind(v, &peers, now, silent, threshold) {
+            let at = Moment { now, silent, threshold };
+            if let Some(found) = self.behind(v, &views, &overview, at) {
                 out.push(found);
-            } else if let Some(found) = self.stalled_apart(v, &views, &peers, now, silent, threshold) {
+            } else if let Some(found) = self.stalled_apart(v, &overview, at) {
                 out.push(found);
             }
         }
         out
+    }
+
+    /// What the ranks that print progress share: computed once per evaluation.
+    fn overview<'a>(&self, views: &[View<'a>], now: Nanos) -> Overview<'a> {
+        let mut counts: HashMap<Phase<'a>, usize> = HashMap::new();
+        for x in views {
+            *counts.entry(phase(x)).or_default() += 1;
+        }
+        let majority = counts.iter().find(|(_, n)| **n * 2 > views.len()).map(|(p, _)| p.clone());
+        // No majority (two ranks, or an even split): at one common step, the ranks that printed
+        // more than what all of them printed after it are the odd ones.
+        let tie = match (&majority, views.iter().all(|x| x.step == views[0].step)) {
+            (None, true) => {
+                let lists: Option<Vec<Vec<&str>>> = views.iter().map(|x| x.extras.clone()).collect();
+                lists.map(|lists| {
+                    let common = common_prefix(&lists);
+                    (common, lists.iter().filter(|l| l.len() > common).count())
+                })
+            }
+            _ => None,
+        };
+        let mut steps: Vec<u64> = views.iter().map(|v| v.step).collect();
+        steps.sort_unstable();
+        Overview {
+            distinct: counts.len(),
+            majority,
+            tie,
+            median_step: steps[steps.len() / 2],
+            steps,
+            stalled: views.iter().filter(|p| self.stalled(p, now)).count(),
+            spinning: views.iter().filter(|p| spinning(p)).count(),
+            n: views.len(),
+        }
+    }
+
+    fn stalled(&self, v: &View<'_>, now: Nanos) -> bool {
+        now - v.progress_at >= self.base_threshold(v)
     }
 
     fn view<'a>(&self, rank: Rank, r: &'a RankLive, template: &str) -> Option<View<'a>> {
@@ -279,90 +319,61 @@ impl LiveMonitor {
         t
     }
 
-    /// Most other ranks printed a later step than this silent one.
-    fn behind(&self, v: &View<'_>, peers: &[&View<'_>], now: Nanos, silent: Nanos, threshold: Nanos) -> Option<SuspectedHang> {
-        let ahead: Vec<u64> = peers.iter().filter(|p| p.step > v.step).map(|p| p.step).collect();
-        if ahead.len() * 2 <= peers.len() {
+    /// Most other ranks printed a later step than this silent one, longer than its threshold ago.
+    fn behind(&self, v: &View<'_>, views: &[View<'_>], o: &Overview<'_>, at: Moment) -> Option<SuspectedHang> {
+        let peers = o.n - 1;
+        let ahead = o.steps.len() - o.steps.partition_point(|s| *s <= v.step);
+        if ahead * 2 <= peers {
             return None;
         }
         // Since when most others have been past this rank's step: a rank whose next line is merely
         // a few milliseconds later than theirs (after a pause every rank took) is not behind.
-        let mut passed: Vec<Nanos> = peers
+        let mut passed: Vec<Nanos> = views
             .iter()
             .filter(|p| p.step > v.step)
             .map(|p| p.progress.seen.iter().find(|s| s.2 > v.step).map_or(Nanos::MIN, |s| s.1))
             .collect();
         passed.sort_unstable();
-        // ahead.len() > peers.len() / 2, so this is in range: when the majority of the peers had passed.
-        let majority_passed = passed[peers.len() / 2];
-        if now - majority_passed <= threshold {
+        // ahead > peers / 2, so this is in range: when the majority of the peers had passed.
+        let majority_passed = passed[peers / 2];
+        if at.now - majority_passed <= at.threshold {
             return None;
         }
-        let peers_step = median_u64(peers.iter().map(|p| p.step).collect());
         let summary = format!(
             "rank {} has printed nothing for {} (its usual step takes {}) while {} of {} other ranks printed a later step (most reached step {}); it is at step {}",
             v.rank,
-            secs(silent),
+            secs(at.silent),
             v.median.map_or("?".into(), secs),
-            ahead.len(),
-            peers.len(),
-            peers_step,
+            ahead,
+            peers,
+            o.median_step,
             v.step
         );
-        Some(self.finding(v, "behind", summary, Some(peers_step), now, silent, threshold))
+        Some(self.finding(v, "behind", summary, Some(o.median_step), at))
     }
 
     /// Most ranks have stopped progressing; this one stopped somewhere the majority did not, or
     /// its GPU idles while theirs spin.
-    fn stalled_apart<'a>(
-        &self,
-        v: &View<'a>,
-        all: &[View<'a>],
-        peers: &[&View<'a>],
-        now: Nanos,
-        silent: Nanos,
-        threshold: Nanos,
-    ) -> Option<SuspectedHang> {
-        let stalled = peers.iter().filter(|p| now - p.progress_at >= self.base_threshold(p)).count();
-        if stalled * 2 <= peers.len() {
+    fn stalled_apart(&self, v: &View<'_>, o: &Overview<'_>, at: Moment) -> Option<SuspectedHang> {
+        let peers = o.n - 1;
+        let stalled_peers = o.stalled - usize::from(self.stalled(v, at.now));
+        if stalled_peers * 2 <= peers {
             return None;
         }
-        let mut counts: Vec<(Phase<'a>, usize)> = Vec::new();
-        for x in all {
-            let ph = phase(x);
-            match counts.iter_mut().find(|(p, _)| *p == ph) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((ph, 1)),
-            }
-        }
-        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
         let mine = phase(v);
-        let majority = counts.first().filter(|(_, n)| n * 2 > all.len()).map(|(p, _)| p.clone());
-        let diverged = match &majority {
-            Some(m) => mine != *m && v.step <= m.0,
-            None => {
-                // No majority (two ranks, or an even split): at one common step, the ranks that
-                // printed more than what all of them printed after it are the odd ones.
-                let all_same_step = all.iter().all(|x| x.step == v.step);
-                let lists: Option<Vec<Vec<&str>>> = all.iter().map(|x| x.extras.clone()).collect();
-                match (all_same_step, lists) {
-                    (true, Some(lists)) => {
-                        let common = common_prefix(&lists);
-                        let odd = lists.iter().filter(|l| l.len() > common).count();
-                        v.extras.as_ref().is_some_and(|e| e.len() > common) && odd * 2 <= all.len()
-                    }
-                    _ => false,
-                }
-            }
+        let diverged = match (&o.majority, o.tie) {
+            (Some(m), _) => mine != *m && v.step <= m.0,
+            (None, Some((common, odd))) => v.extras.as_ref().is_some_and(|e| e.len() > common) && odd * 2 <= o.n,
+            (None, None) => false,
         };
-        let peers_step = majority.as_ref().map_or_else(|| median_u64(peers.iter().map(|p| p.step).collect()), |m| m.0);
+        let peers_step = o.majority.as_ref().map_or(o.median_step, |m| m.0);
         if diverged {
             let last = v.live.recent.back().map(|l| l.text.as_str()).unwrap_or("");
-            let summary = if majority.as_ref().is_some_and(|m| v.step < m.0) {
+            let summary = if v.step < peers_step {
                 format!(
                     "rank {} has printed nothing for {} (its usual step takes {}); the others are stalled too, but at step {}, and it is still at step {}",
                     v.rank,
-                    secs(silent),
+                    secs(at.silent),
                     v.median.map_or("?".into(), secs),
                     peers_step,
                     v.step
@@ -371,41 +382,32 @@ impl LiveMonitor {
                 format!(
                     "rank {} has printed nothing for {} (its usual step takes {}); every rank has stopped, the others where they usually wait for a collective, while this one went quiet after `{}`",
                     v.rank,
-                    secs(silent),
+                    secs(at.silent),
                     v.median.map_or("?".into(), secs),
                     last
                 )
             };
-            return Some(self.finding(v, "diverged", summary, Some(peers_step), now, silent, threshold));
+            return Some(self.finding(v, "diverged", summary, Some(peers_step), at));
         }
         // Everyone stopped at the same place: the GPU tells the waiting ranks from the stuck one.
-        let same_place = majority.as_ref().is_some_and(|m| *m == mine) && counts.len() == 1;
+        let same_place = o.distinct == 1;
         let idle = v.live.gpu_util.is_some_and(|u| u < GPU_IDLE);
-        let spinning = peers.iter().filter(|p| p.live.gpu_util.is_some_and(|u| u >= GPU_BUSY)).count();
-        if same_place && idle && spinning * 2 > peers.len() {
+        let spinning_peers = o.spinning - usize::from(spinning(v));
+        if same_place && idle && spinning_peers * 2 > peers {
             let summary = format!(
                 "rank {} has printed nothing for {} and its GPU is idle, while {} of {} other ranks, stopped at the same step, keep their GPUs busy (waiting in a collective)",
                 v.rank,
-                secs(silent),
-                spinning,
-                peers.len()
+                secs(at.silent),
+                spinning_peers,
+                peers
             );
-            return Some(self.finding(v, "gpu_idle", summary, Some(peers_step), now, silent, threshold));
+            return Some(self.finding(v, "gpu_idle", summary, Some(peers_step), at));
         }
         None
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn finding(
-        &self,
-        v: &View<'_>,
-        why: &str,
-        summary: String,
-        peers_step: Option<u64>,
-        now: Nanos,
-        silent: Nanos,
-        threshold: Nanos,
-    ) -> SuspectedHang {
+    fn finding(&self, v: &View<'_>, why: &str, summary: String, peers_step: Option<u64>, at: Moment) -> SuspectedHang {
+        let Moment { now, silent, threshold } = at;
         let n = self.config.last_lines;
         let recent = &v.live.recent;
         SuspectedHang {
@@ -428,6 +430,36 @@ impl LiveMonitor {
 
 /// Where a rank stopped: its last step, and the shapes of what it printed after it.
 type Phase<'a> = (u64, Option<Vec<&'a str>>);
+
+/// The evaluation's time, and one rank's silence and threshold at it.
+#[derive(Debug, Clone, Copy)]
+struct Moment {
+    now: Nanos,
+    silent: Nanos,
+    threshold: Nanos,
+}
+
+/// What the ranks that print progress share, computed once per evaluation.
+struct Overview<'a> {
+    n: usize,
+    /// Steps of all ranks, ascending, and their median.
+    steps: Vec<u64>,
+    median_step: u64,
+    /// The phase more than half the ranks are in, and how many distinct phases there are.
+    majority: Option<Phase<'a>>,
+    distinct: usize,
+    /// Without a majority, all at one step with every extra line remembered: the length of what
+    /// all printed after the step, and how many printed more.
+    tie: Option<(usize, usize)>,
+    /// Ranks whose progress stopped for longer than their base threshold.
+    stalled: usize,
+    /// Ranks whose GPU is busy.
+    spinning: usize,
+}
+
+fn spinning(v: &View<'_>) -> bool {
+    v.live.gpu_util.is_some_and(|u| u >= GPU_BUSY)
+}
 
 fn phase<'a>(x: &View<'a>) -> Phase<'a> {
     (x.step, x.extras.clone())
@@ -479,11 +511,6 @@ fn activity(r: &RankLive) -> Activity {
 fn common_prefix(lists: &[Vec<&str>]) -> usize {
     let Some(first) = lists.first() else { return 0 };
     (0..first.len()).take_while(|&i| lists.iter().all(|l| l.get(i) == Some(&first[i]))).count()
-}
-
-fn median_u64(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
 fn secs(ns: Nanos) -> String {

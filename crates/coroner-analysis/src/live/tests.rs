@@ -233,3 +233,18 @@ fn peers_printing_the_next_step_a_moment_earlier_do_not_make_a_rank_behind() {
     let (first, _) = replay(s, LiveConfig::default(), 90 * S);
     assert!(first.is_empty(), "{first:?}");
 }
+
+#[test]
+fn one_rank_of_two_thousand_stuck_apart_is_found() {
+    let mut m = LiveMonitor::new(LiveConfig::default());
+    for step in 0..6u64 {
+        for r in 0..2048u32 {
+            m.push_line(Rank(r), (10 + step as Nanos) * S + r as Nanos * 1000, &step_line(r, step));
+        }
+    }
+    m.push_line(Rank(1234), 15 * S + 500 * MS, "INFO [rank1234] train: waiting for next batch from data loader");
+    let found = m.evaluate(40 * S);
+    assert_eq!(found.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![Rank(1234)]);
+    assert_eq!(found[0].peers_step, Some(5));
+}
+
