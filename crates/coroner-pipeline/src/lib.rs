@@ -59,6 +59,11 @@ impl JobPipeline {
         self.live.as_mut()
     }
 
+    /// Whether every agent reported its end (or the input was a finished bundle).
+    pub fn is_finished(&self) -> bool {
+        self.evidence.finished
+    }
+
     pub fn live_findings(&self) -> &[SuspectedHang] {
         &self.live_findings
     }

@@ -89,6 +89,10 @@ async fn ticker(job: Weak<Job>) {
         let lag = lag.clone();
         let found = tokio::task::spawn_blocking(move || {
             let p = pipeline.lock().ok()?;
+            if p.is_finished() {
+                // Every process ended: nothing can hang any more (and the verdict is not running).
+                return Some(Vec::new());
+            }
             let m = p.live()?;
             let behind = lag.lock().map(|mut l| l.observe(now, m.latest_capture())).unwrap_or(0);
             Some(m.evaluate(now - behind))
