@@ -5,8 +5,9 @@
 //! - Through the real server and real agents: each rank's lines are printed again by a small
 //!   shell script at their captured times (twice as fast), under `coroner-agent`; `coroner watch
 //!   --json` must show the suspected hang on the culprit before the watchdog line would have been
-//!   printed, and nothing on the healthy jobs; the job page shows it; and the culprit's agent,
-//!   asked for a stack dump, runs `py-spy dump` (a stand-in script here) and uploads it.
+//!   printed, and nothing on the healthy jobs; the job page shows it; the culprit's agent,
+//!   asked for a stack dump, runs `py-spy dump` (a stand-in script here) and uploads it; and the
+//!   finding is withdrawn once the culprit prints again or the others end.
 
 use crate::served::free_port;
 use coroner_analysis::live::{replay, Feed, LiveConfig};
@@ -300,6 +301,21 @@ fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog()
                         match stack_of(&url, &format!("live-{}", j.name), culprit) {
                             Some(name) => eprintln!("{}: the culprit's agent uploaded the stack dump {name}", j.name),
                             None => failures.push(format!("{}: no stack dump of the culprit was uploaded", j.name)),
+                        }
+                        // Once the culprit prints again (the watchdog's dump request reaches it)
+                        // or the others end, the finding is withdrawn.
+                        let until = Duration::from_secs_f64(watchdog / SPEED) + Duration::from_secs(6);
+                        let mut retracted = None;
+                        while retracted.is_none() && started.elapsed() < until {
+                            if let Ok((at, v)) = j.updates.recv_timeout(Duration::from_millis(100)) {
+                                if suspects(&v).is_empty() {
+                                    retracted = Some(at);
+                                }
+                            }
+                        }
+                        match retracted {
+                            Some(at) => eprintln!("{}: withdrawn at {:.1} s of replay", j.name, at.as_secs_f64() * SPEED),
+                            None => failures.push(format!("{}: the finding was never withdrawn", j.name)),
                         }
                     }
                     None => failures.push(format!("{}: no suspected hang before the watchdog line", j.name)),
