@@ -374,10 +374,10 @@ fn run(args: RunArgs) -> Result<i32> {
     Ok(code)
 }
 
-/// The in-memory queue between the pipes and the shipper (which spools it as fast as the disk
-/// takes it): what a burst may hold before routine lines are dropped.
-const QUEUE_LINES: usize = 128 * 1024;
-const QUEUE_BYTES: usize = 12 << 20;
+/// The in-memory queue between the pipes and the shipper, which spools it as fast as the disk
+/// takes it: what a burst may hold before a pipe thread waits for room (see `queue.rs`).
+const QUEUE_LINES: usize = 32 * 1024;
+const QUEUE_BYTES: usize = 4 << 20;
 
 /// How long each failure-time collector (nvidia-smi, dmesg) may take.
 const COLLECT_LIMIT: Duration = Duration::from_secs(5);

@@ -1,14 +1,24 @@
-//! The bounded queue between the pipe threads and the shipper. Pushing never blocks: when the
-//! queue is full, a line that looks like an error or a warning evicts the oldest routine line,
-//! and a routine line is dropped. Every drop is counted and reported with the process end.
+//! The bounded queue between the pipe threads and the shipper. It never waits on the network:
+//! the shipper drains it into the spool on local disk whether or not a server is reachable.
+//! When it is full while the shipper is spooling (a burst faster than the spool takes it), a
+//! pipe thread waits for room, at most [`WAIT_FOR_ROOM`] (the child then waits on its pipe, as
+//! it would on a slow terminal). When the shipper cannot spool, or did not make room in time,
+//! a line that looks like an error or a warning evicts the oldest routine line, and a routine
+//! line is dropped, without waiting again until the shipper takes lines. Every drop is counted
+//! and reported with the process end.
 //!
 //! A pipe thread pushes all the lines of one read under one lock; a line's bytes are a slice of
 //! the read buffer they arrived in (no copy, no allocation per line).
 
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+
+/// The longest a pipe thread waits for room while the shipper is spooling.
+pub const WAIT_FOR_ROOM: Duration = Duration::from_millis(250);
 
 /// Markers of a line worth keeping when something must go. A plain byte search, and only run
 /// when the queue is full.
@@ -53,6 +63,8 @@ struct Inner {
     dropped: u64,
     /// The most bytes ever held (for the exit summary).
     peak_bytes: usize,
+    /// A wait for room timed out: drop instead of waiting until the shipper takes lines again.
+    stalled: bool,
 }
 
 /// Lines waiting for the shipper.
@@ -64,6 +76,11 @@ pub struct LineQueue {
     pub notify: Notify,
     wake_lines: usize,
     wake_bytes: usize,
+    /// Signalled when the shipper takes lines.
+    room: Condvar,
+    /// The shipper drains the queue without bound (it has a spool with room): worth waiting for.
+    draining: AtomicBool,
+    wait_for_room: Duration,
 }
 
 impl LineQueue {
@@ -73,10 +90,35 @@ impl LineQueue {
 
     /// A queue that wakes the shipper once `wake_lines` lines or `wake_bytes` bytes wait.
     pub fn with_wake(max_lines: usize, max_bytes: usize, wake_lines: usize, wake_bytes: usize) -> Self {
-        LineQueue { inner: Mutex::default(), max_lines, max_bytes, notify: Notify::new(), wake_lines, wake_bytes }
+        LineQueue {
+            inner: Mutex::default(),
+            max_lines,
+            max_bytes,
+            notify: Notify::new(),
+            wake_lines,
+            wake_bytes,
+            room: Condvar::new(),
+            draining: AtomicBool::new(false),
+            wait_for_room: WAIT_FOR_ROOM,
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    /// Says whether the shipper is draining the queue into a spool (then a full queue waits for
+    /// room before dropping).
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Relaxed);
+        if !draining {
+            self.room.notify_all();
+        }
+    }
+
+    #[cfg(test)]
+    fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait_for_room = wait;
+        self
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -90,7 +132,7 @@ impl LineQueue {
         let mut q = self.lock();
         let (lines_before, bytes_before) = (q.lines.len(), q.bytes);
         for line in lines {
-            self.push_locked(&mut q, line);
+            q = self.push_locked(q, line);
         }
         q.peak_bytes = q.peak_bytes.max(q.bytes);
         let wake = (lines_before < self.wake_lines && q.lines.len() >= self.wake_lines)
@@ -101,15 +143,36 @@ impl LineQueue {
         }
     }
 
-    fn push_locked(&self, q: &mut Inner, line: Line) {
+    fn full(&self, q: &Inner, size: usize) -> bool {
+        !q.lines.is_empty() && (q.lines.len() >= self.max_lines || q.bytes + size > self.max_bytes)
+    }
+
+    fn push_locked<'a>(&'a self, mut q: MutexGuard<'a, Inner>, line: Line) -> MutexGuard<'a, Inner> {
         let size = line.cost();
-        if q.lines.len() >= self.max_lines || q.bytes + size > self.max_bytes {
+        if self.full(&q, size) && !q.stalled && self.draining.load(Ordering::Relaxed) {
+            self.notify.notify_one();
+            let deadline = Instant::now() + self.wait_for_room;
+            while self.full(&q, size) && self.draining.load(Ordering::Relaxed) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    q.stalled = true;
+                    break;
+                }
+                q = self.room.wait_timeout(q, left).unwrap_or_else(|p| p.into_inner()).0;
+            }
+        }
+        self.admit(&mut q, line, size);
+        q
+    }
+
+    fn admit(&self, q: &mut Inner, line: Line, size: usize) {
+        if self.full(q, size) {
             if !is_important(&line.raw) {
                 q.dropped += 1;
                 return;
             }
             // Make room by evicting the oldest routine lines.
-            while q.lines.len() >= self.max_lines || q.bytes + size > self.max_bytes {
+            while self.full(q, size) {
                 let victim = q.lines.iter_mut().position(|e| !*e.important.get_or_insert_with(|| is_important(&e.line.raw)));
                 match victim.and_then(|i| q.lines.remove(i)) {
                     Some(v) => {
@@ -142,6 +205,10 @@ impl LineQueue {
             q.bytes -= e.line.cost();
             bytes += size;
             out.push(e.line);
+        }
+        if !out.is_empty() {
+            q.stalled = false;
+            self.room.notify_all();
         }
         out
     }
@@ -193,6 +260,47 @@ mod tests {
         let kept: Vec<u64> = q.drain_all().iter().map(|l| l.seq).collect();
         assert_eq!(kept, vec![1, 2, 4]);
         assert_eq!(q.dropped(), 2);
+    }
+
+    #[test]
+    fn a_full_queue_waits_for_a_draining_shipper_instead_of_dropping() {
+        let q = std::sync::Arc::new(LineQueue::new(2, 1 << 20).with_wait(Duration::from_secs(30)));
+        q.set_draining(true);
+        q.push_all((0..2).map(|i| line(i, "step")));
+        let pusher = {
+            let q = q.clone();
+            std::thread::spawn(move || q.push_all((2..5).map(|i| line(i, "step"))))
+        };
+        let mut taken = Vec::new();
+        while taken.len() < 5 {
+            taken.extend(q.take_batch(1, 1 << 20).into_iter().map(|l| l.seq));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        pusher.join().unwrap();
+        assert_eq!(taken, vec![0, 1, 2, 3, 4]);
+        assert_eq!(q.dropped(), 0);
+    }
+
+    #[test]
+    fn a_stalled_shipper_is_waited_for_once_then_lines_drop_until_it_takes_some() {
+        let q = LineQueue::new(1, 1 << 20).with_wait(Duration::from_millis(20));
+        q.set_draining(true);
+        q.push(line(0, "a"));
+        let started = Instant::now();
+        q.push(line(1, "b"));
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        let started = Instant::now();
+        q.push(line(2, "c"));
+        assert!(started.elapsed() < Duration::from_secs(1), "no second wait while stalled");
+        assert_eq!(q.dropped(), 2);
+        assert_eq!(q.take_batch(10, 1 << 20).len(), 1);
+        // Not draining (no spool): a full queue drops at once.
+        q.set_draining(false);
+        q.push(line(3, "d"));
+        let started = Instant::now();
+        q.push(line(4, "e"));
+        assert!(started.elapsed() < Duration::from_millis(20));
+        assert_eq!(q.dropped(), 3);
     }
 
     #[test]

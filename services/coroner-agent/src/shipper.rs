@@ -57,7 +57,7 @@ impl Config {
             batch_lines: 1000,
             batch_bytes: 1 << 20,
             batch_interval: Duration::from_millis(100),
-            max_unacked_bytes: 4 << 20,
+            max_unacked_bytes: 2 << 20,
         }
     }
 }
@@ -196,7 +196,8 @@ pub async fn connect(
         .map_err(|_| "open session: timed out".to_string())?
         .map_err(open_refused)?
         .into_inner();
-    let (tx, rx) = mpsc::channel::<Outgoing>(32);
+    // Sent batches leave this channel as fast as the connection takes them: a few suffice.
+    let (tx, rx) = mpsc::channel::<Outgoing>(8);
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     let mut acks = tokio::time::timeout(Duration::from_secs(5), ship_logs(channel, stream))
         .await
@@ -257,6 +258,8 @@ pub struct Shipper {
     events_tx: mpsc::UnboundedSender<Event>,
     /// Batches were written to the spool since the last sync started.
     unsynced: bool,
+    /// The spool refused a batch (its size limit): new batches are held in memory only.
+    spool_full: bool,
     sync_task: Option<tokio::task::JoinHandle<()>>,
     /// Where each new connection's client and session are published (for snapshot uploads).
     conn_watch: Option<tokio::sync::watch::Sender<Option<(IngestClient<Channel>, String)>>>,
@@ -274,6 +277,7 @@ impl Shipper {
         orphans: Vec<(PathBuf, File)>,
     ) -> Self {
         let (events_tx, _) = mpsc::unbounded_channel();
+        queue.set_draining(spool.is_some());
         Shipper {
             cfg,
             session,
@@ -287,6 +291,7 @@ impl Shipper {
             clock: Vec::new(),
             events_tx,
             unsynced: false,
+            spool_full: false,
             sync_task: None,
             conn_watch: None,
         }
@@ -527,8 +532,10 @@ impl Shipper {
         let rank = self.session.rank;
         let mut formed: Vec<Formed> = Vec::new();
         let mut formed_bytes = 0;
-        loop {
-            if self.spool.is_none() && self.mem_bytes + formed_bytes >= self.cfg.max_unacked_bytes {
+        // One round forms at most half of `max_unacked_bytes` (so sends and acks interleave with
+        // forming in a burst, and memory stays bounded).
+        while formed_bytes < self.cfg.max_unacked_bytes / 2 {
+            if !self.can_spool() && self.mem_bytes + formed_bytes >= self.cfg.max_unacked_bytes {
                 // Nowhere to put more: let the queue fill and drop routine lines.
                 break;
             }
@@ -543,13 +550,17 @@ impl Shipper {
             let (frame, encoded) = BatchFrame::build(base.is_some(), capacity, |out| wire::encode_batch(id, &lines, rank, base, out));
             formed_bytes += frame.len();
             formed.push(Formed { id, frame, encoded, rebased: base.is_some() });
-            if formed_bytes >= self.cfg.max_unacked_bytes {
-                // Spool what there is before forming more (bounds memory in a burst).
-                self.add_formed(std::mem::take(&mut formed));
-                formed_bytes = 0;
-            }
         }
         self.add_formed(formed);
+        if !self.queue.is_empty() && self.can_spool() {
+            // More is waiting: come back at once, after this round's sends.
+            self.queue.notify.notify_one();
+        }
+    }
+
+    /// Whether formed batches can go to the spool (else they are held in memory only).
+    fn can_spool(&self) -> bool {
+        self.spool.is_some() && !self.spool_full
     }
 
     fn add_formed(&mut self, formed: Vec<Formed>) {
@@ -672,10 +683,18 @@ impl Shipper {
                 self.unsynced = true;
                 Some(at)
             }
-            Ok(Err(_full)) => None,
+            Ok(Err(_full)) => {
+                if !self.spool_full {
+                    tracing::warn!("the spool {} is full; holding lines in memory only", spool.path().display());
+                }
+                self.spool_full = true;
+                self.queue.set_draining(false);
+                None
+            }
             Err(e) => {
                 tracing::warn!("write the spool {}: {e}; continuing without it", spool.path().display());
                 self.spool = None;
+                self.queue.set_draining(false);
                 None
             }
         }
@@ -711,6 +730,7 @@ impl Shipper {
             Err(e) => {
                 tracing::warn!("write the spool {}: {e}; continuing without it", spool.path().display());
                 self.spool = None;
+                self.queue.set_draining(false);
                 None
             }
         }
