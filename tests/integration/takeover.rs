@@ -38,6 +38,7 @@ struct Instance {
     id: String,
     child: Child,
     grpc_url: String,
+    http_port: u16,
 }
 
 impl Drop for Instance {
@@ -59,7 +60,7 @@ fn start_instance(id: &str, db_url: &str, data: &Path, log: &Path) -> Instance {
         .stderr(log)
         .spawn()
         .expect("start coronerd");
-    Instance { id: id.to_string(), child, grpc_url: format!("http://127.0.0.1:{grpc}") }
+    Instance { id: id.to_string(), child, grpc_url: format!("http://127.0.0.1:{grpc}"), http_port: http }
 }
 
 /// A rank that prints `rank R line I` LINES times, steadily.
@@ -96,6 +97,24 @@ async fn counts(url: &str, job: &str) -> Result<Vec<u64>, String> {
         }
     }
     Ok(by_rank)
+}
+
+/// A plain HTTP/1.0 GET: the status and the `location` header.
+fn http_head(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").expect("send");
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let location = raw
+        .lines()
+        .find_map(|l| l.strip_prefix("location: ").or_else(|| l.strip_prefix("Location: ")))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    (status, location)
 }
 
 async fn owner(admin: &mut PgConnection, job: &str) -> Option<(String, i64)> {
@@ -225,6 +244,13 @@ fn run(rt: &tokio::runtime::Runtime, db_url: &str) {
     let ends: i64 = rt
         .block_on(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM process_ends WHERE job_id = $1").bind(job).fetch_one(&mut *admin))
         .expect("count process ends");
+
+    // The web: the instance that does not own the job redirects to the one that does.
+    let owner_http = instances.iter().find(|i| i.id == new_owner).map(|i| i.http_port).expect("the new owner");
+    let other = instances.iter().find(|i| i.id != new_owner).expect("a non-owner");
+    let (status, location) = http_head(other.http_port, &format!("/api/jobs/{job}/counts"));
+    assert_eq!(status, 307, "a non-owner redirects web requests");
+    assert_eq!(location, format!("http://127.0.0.1:{owner_http}/api/jobs/{job}/counts"));
 
     let first_failed = failed_queries.first().map(|(t, _)| format!("{:.2}", t.as_secs_f64())).unwrap_or("-".into());
     let last_failed = failed_queries.last().map(|(t, _)| format!("{:.2}", t.as_secs_f64())).unwrap_or("-".into());
