@@ -155,6 +155,7 @@ pub async fn watch(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCo
     use tokio_stream::StreamExt;
     let mut client = connect(server).await?;
     let mut stream = client.watch_job(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner();
+    let mut suspected_before = false;
     while let Some(update) = stream.next().await {
         let r = update.map_err(status_message)?;
         let now = coroner_model::format_rfc3339_ns(
@@ -177,6 +178,11 @@ pub async fn watch(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCo
                     println!("[{now}]     last line: {last}");
                 }
             }
+            let suspected = live.as_array().is_some_and(|a| !a.is_empty());
+            if suspected_before && !suspected {
+                println!("[{now}]   no suspected hang any more");
+            }
+            suspected_before = suspected;
         }
     }
     Ok(ExitCode::SUCCESS)
