@@ -67,6 +67,7 @@ fn main() -> Result<()> {
     bundles.sort();
 
     let mut hang_rows = Vec::new();
+    let mut other_rows = Vec::new();
     let (mut healthy_ns, mut healthy_alarms, mut healthy_names) = (0i64, 0usize, Vec::new());
     for b in &bundles {
         let name = b.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -80,6 +81,10 @@ fn main() -> Result<()> {
             healthy_ns += end - start;
             healthy_alarms += raised.len();
             healthy_names.push(name.clone());
+        }
+        if verdict != Verdict::Succeeded && (timeout.is_none() || raised.is_empty()) {
+            // The other failures (a crash, an exception; survivors may time out later).
+            other_rows.push(json!({"bundle": name, "suspicions": raised.iter().map(describe).collect::<Vec<_>>()}));
         }
         if let (Some((timeout_at, timeout_ms)), Some(first)) = (timeout, raised.first()) {
             let rank = first.finding.rank;
@@ -123,6 +128,7 @@ fn main() -> Result<()> {
     let out = json!({
         "config": {"step_multiple": LiveConfig::default().step_multiple, "floor_s": secs(LiveConfig::default().floor_ns), "tick_s": secs(TICK)},
         "hang_bundles": hang_rows,
+        "other_failed_bundles": other_rows,
         "healthy_bundles": {"bundles": healthy_names, "hours": healthy_ns as f64 / 3600e9, "false_alarms": healthy_alarms},
         "synthetic_healthy": {"jobs": synth_rows, "hours": synth_ns as f64 / 3600e9, "false_alarms": synth_alarms,
             "false_alarms_per_hour": per_hour(synth_alarms + healthy_alarms, synth_ns + healthy_ns)},
@@ -210,6 +216,12 @@ fn print_table(v: &serde_json::Value) {
             r["timeout_line_after_last_line_s"].to_string(),
             r["configured_timeout_s"].as_f64().map(|t| format!("{t} s")).unwrap_or_else(|| "-".into())
         );
+    }
+    let others = v["other_failed_bundles"].as_array().cloned().unwrap_or_default();
+    let quiet: Vec<&str> = others.iter().filter(|o| o["suspicions"].as_array().is_some_and(|a| a.is_empty())).filter_map(|o| o["bundle"].as_str()).collect();
+    println!("\nother failed bundles, nothing suspected: {}", quiet.join(", "));
+    for o in others.iter().filter(|o| o["suspicions"].as_array().is_some_and(|a| !a.is_empty())) {
+        println!("  {}: {}", o["bundle"].as_str().unwrap_or(""), o["suspicions"]);
     }
     let h = &v["healthy_bundles"];
     println!("\nhealthy bundles {}: {:.4} h replayed, {} false alarms", h["bundles"], h["hours"].as_f64().unwrap_or(0.0), h["false_alarms"]);
