@@ -5,7 +5,7 @@
 //! never stalls anything but the next sample) and hands one line per GPU, in the form of
 //! [`GpuSample::to_line`], to the agent's own `file` stream: the samples are then spooled,
 //! shipped, indexed and replayed like every other line. Without `nvidia-smi` it stops quietly
-//! after the first try. `CUDA_VISIBLE_DEVICES`, when it lists GPUs, limits the query to them.
+//! after the first try. A rank's agent samples only its rank's GPU (see [`devices_to_sample`]).
 
 use crate::capture::{now_ns, SplitLine};
 use bytes::Bytes;
@@ -62,12 +62,28 @@ enum QueryError {
     Failed(String),
 }
 
-/// `CUDA_VISIBLE_DEVICES` as `nvidia-smi -i` takes it: indices or GPU UUIDs; None for anything
-/// else (unset, empty, `-1`, MIG names).
-pub fn visible_devices(env: Option<&str>) -> Option<String> {
-    let v = env?.trim();
-    let ok = !v.is_empty() && v.split(',').all(|d| d.chars().all(|c| c.is_ascii_digit()) && !d.is_empty() || d.starts_with("GPU-"));
-    ok.then(|| v.to_string())
+/// The GPUs to sample, as `nvidia-smi -i` takes them, or None for all. A rank's agent samples
+/// its rank's GPU: by the launchers' convention (torchrun, Slurm, MPI) a process uses the
+/// `local_rank`-th of the devices `CUDA_VISIBLE_DEVICES` lists, or device `local_rank` when it
+/// lists none. Indices and GPU UUIDs are understood; anything else (`-1`, MIG names) means all.
+pub fn devices_to_sample(cuda_visible: Option<&str>, local_rank: Option<u32>) -> Option<String> {
+    let listed: Option<Vec<&str>> = match cuda_visible.map(str::trim) {
+        None | Some("") => None,
+        Some(v) => {
+            let ids: Vec<&str> = v.split(',').map(str::trim).collect();
+            let ok = ids.iter().all(|d| (!d.is_empty() && d.chars().all(|c| c.is_ascii_digit())) || d.starts_with("GPU-"));
+            if !ok {
+                return None;
+            }
+            Some(ids)
+        }
+    };
+    match (listed, local_rank) {
+        (Some(ids), Some(l)) => Some(ids.get(l as usize).map_or_else(|| ids.join(","), |d| d.to_string())),
+        (Some(ids), None) => Some(ids.join(",")),
+        (None, Some(l)) => Some(l.to_string()),
+        (None, None) => None,
+    }
 }
 
 fn query(program: &PathBuf, visible: Option<&str>) -> Result<Vec<GpuSample>, QueryError> {
@@ -107,13 +123,16 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     #[test]
-    fn visible_devices_are_passed_only_when_nvidia_smi_understands_them() {
-        assert_eq!(visible_devices(Some("0,1")), Some("0,1".into()));
-        assert_eq!(visible_devices(Some("GPU-5b840b50-5e49")), Some("GPU-5b840b50-5e49".into()));
-        assert_eq!(visible_devices(Some("")), None);
-        assert_eq!(visible_devices(Some("-1")), None);
-        assert_eq!(visible_devices(Some("MIG-1/2/3")), None);
-        assert_eq!(visible_devices(None), None);
+    fn a_rank_samples_its_own_gpu() {
+        assert_eq!(devices_to_sample(None, Some(1)), Some("1".into()));
+        assert_eq!(devices_to_sample(Some("4,5,6,7"), Some(1)), Some("5".into()));
+        assert_eq!(devices_to_sample(Some("GPU-5b84,GPU-bfdd"), Some(0)), Some("GPU-5b84".into()));
+        assert_eq!(devices_to_sample(Some("3"), Some(3)), Some("3".into()), "fewer devices than local ranks: all listed");
+        assert_eq!(devices_to_sample(Some("0,1"), None), Some("0,1".into()));
+        assert_eq!(devices_to_sample(Some(""), None), None);
+        assert_eq!(devices_to_sample(Some("-1"), Some(0)), None);
+        assert_eq!(devices_to_sample(Some("MIG-1/2/3"), Some(0)), None);
+        assert_eq!(devices_to_sample(None, None), None);
     }
 
     #[test]

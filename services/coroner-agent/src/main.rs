@@ -285,7 +285,8 @@ fn run(args: RunArgs) -> Result<i32> {
         let sequencer = Arc::new(Mutex::new(Sequencer::new(filer, queue.clone())));
         let gpu_sampler = (!args.gpu_sample_secs.is_zero()).then(|| {
             let s = sequencer.clone();
-            let visible = gpu_sampler::visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
+            let local_rank = if is_launcher { None } else { id.local_rank };
+            let visible = gpu_sampler::devices_to_sample(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), local_rank);
             gpu_sampler::Sampler::start(args.gpu_sample_secs, PathBuf::from("nvidia-smi"), visible, move |lines| {
                 if let Ok(mut s) = s.lock() {
                     s.accept_all(Stream::File, lines);
