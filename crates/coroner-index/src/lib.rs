@@ -88,8 +88,20 @@ impl JobIndex {
             source,
         })?;
         let directory = MmapDirectory::open(dir).map_err(|e| open_err(e.into()))?;
-        let (schema, fields) = build_schema();
-        let index = Index::open_or_create(directory, schema).map_err(open_err)?;
+        let exists = Index::exists(&directory).map_err(|e| open_err(e.into()))?;
+        let (index, fields) = if exists {
+            // An index keeps the schema it was created with: take its fields by name.
+            let index = Index::open(directory).map_err(open_err)?;
+            let fields = Fields::resolve(&index.schema()).map_err(|why| {
+                open_err(TantivyError::SchemaError(format!(
+                    "not a coroner line index: {why}"
+                )))
+            })?;
+            (index, fields)
+        } else {
+            let (schema, fields) = build_schema();
+            (Index::create(directory, schema, Default::default()).map_err(open_err)?, fields)
+        };
         let writer = index.writer(WRITER_HEAP_BYTES).map_err(|e| match e {
             TantivyError::LockFailure(LockError::LockBusy, _) => {
                 IndexError::Locked(dir.to_path_buf())

@@ -79,6 +79,10 @@ pub(crate) const F_ORIGIN: &str = "origin";
 pub(crate) const F_SEQ: &str = "seq";
 pub(crate) const F_CAPTURE: &str = "capture_ns";
 
+/// The schema new indexes get. Capture time is a fast field but not indexed: time filters are
+/// range queries, which tantivy answers from the fast field, and an indexed capture time is a
+/// distinct term for nearly every line (most of the term dictionary, for nothing). Indexes
+/// written before kept it indexed; they open unchanged (see [`Fields::resolve`]).
 pub(crate) fn build_schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
     let all_num = NumericOptions::default()
@@ -93,13 +97,49 @@ pub(crate) fn build_schema() -> (Schema, Fields) {
         stream: b.add_text_field("stream", STRING | STORED),
         origin: b.add_u64_field(F_ORIGIN, INDEXED | FAST),
         seq: b.add_u64_field(F_SEQ, all_num.clone()),
-        capture_ns: b.add_i64_field(F_CAPTURE, all_num),
+        capture_ns: b.add_i64_field(
+            F_CAPTURE,
+            NumericOptions::default().set_fast().set_stored(),
+        ),
         printed_ns: b.add_i64_field("printed_ns", STORED),
         host: b.add_text_field("host", STRING | STORED),
         kind: b.add_text_field("kind", STRING | STORED),
         severity: b.add_text_field("severity", STRING | STORED),
     };
     (b.build(), fields)
+}
+
+impl Fields {
+    /// The fields of an existing index's schema, by name (an index written by an earlier
+    /// version may differ in options, never in names).
+    pub(crate) fn resolve(schema: &Schema) -> Result<Fields, String> {
+        let get = |name: &str| {
+            schema
+                .get_field(name)
+                .map_err(|_| format!("it has no field {name:?}"))
+        };
+        let fast = |name: &str| {
+            let f = get(name)?;
+            if schema.get_field_entry(f).is_fast() {
+                Ok(f)
+            } else {
+                Err(format!("its field {name:?} is not a fast field"))
+            }
+        };
+        Ok(Fields {
+            text: get("text")?,
+            raw: get("raw")?,
+            rank: fast("rank")?,
+            stream: get("stream")?,
+            origin: fast(F_ORIGIN)?,
+            seq: fast(F_SEQ)?,
+            capture_ns: fast(F_CAPTURE)?,
+            printed_ns: get("printed_ns")?,
+            host: get("host")?,
+            kind: get("kind")?,
+            severity: get("severity")?,
+        })
+    }
 }
 
 pub(crate) fn stream_code(s: Stream) -> u64 {
@@ -135,7 +175,8 @@ pub(crate) fn unpack_origin(o: u64) -> (Option<u32>, Stream) {
 }
 
 pub(crate) fn to_document(f: &Fields, line: LineRef<'_>) -> TantivyDocument {
-    let mut doc = TantivyDocument::default();
+    // The text, the small fields and their headers, allocated once.
+    let mut doc = TantivyDocument::with_capacity(line.bytes.len() + line.host.len() + 96);
     match std::str::from_utf8(line.bytes) {
         Ok(text) => doc.add_text(f.text, text),
         Err(_) => {

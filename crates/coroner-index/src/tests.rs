@@ -421,3 +421,62 @@ fn aligned_order_host_and_line_filters() {
     q.only_lines = Some(Vec::new());
     assert_eq!(idx.search(&q).expect("search").total, 0);
 }
+
+/// The schema of indexes written before capture time stopped being an indexed term.
+fn schema_with_indexed_capture_time() -> tantivy::schema::Schema {
+    use tantivy::schema::{NumericOptions, FAST, INDEXED, STORED, STRING, TEXT};
+    let all_num = NumericOptions::default()
+        .set_indexed()
+        .set_fast()
+        .set_stored();
+    let mut b = tantivy::schema::Schema::builder();
+    b.add_text_field("text", TEXT | STORED);
+    b.add_bytes_field("raw", STORED);
+    b.add_u64_field("rank", all_num.clone());
+    b.add_text_field("stream", STRING | STORED);
+    b.add_u64_field("origin", INDEXED | FAST);
+    b.add_u64_field("seq", all_num.clone());
+    b.add_i64_field("capture_ns", all_num);
+    b.add_i64_field("printed_ns", STORED);
+    b.add_text_field("host", STRING | STORED);
+    b.add_text_field("kind", STRING | STORED);
+    b.add_text_field("severity", STRING | STORED);
+    b.build()
+}
+
+#[test]
+fn an_index_written_with_the_earlier_schema_opens_and_answers_time_windows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = tantivy::Index::create_in_dir(dir.path(), schema_with_indexed_capture_time())
+        .expect("create an old index");
+    drop(old);
+    let idx = JobIndex::open_or_create(dir.path()).expect("open the old index");
+    idx.add(&[
+        line(Some(0), Stream::Stdout, 0, 100, "early"),
+        line(Some(0), Stream::Stdout, 1, 200, "late"),
+    ])
+    .expect("add");
+    idx.commit().expect("commit");
+    let mut q = req("");
+    q.capture_windows = Some([(Some(0), (150, 250))].into_iter().collect());
+    let page = idx.search(&q).expect("search");
+    assert_eq!(keys(&page), vec![(Some(0), 1)]);
+    assert_eq!(page.hits[0].capture_ns, 200);
+}
+
+#[test]
+fn a_folder_holding_some_other_index_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut b = tantivy::schema::Schema::builder();
+    b.add_text_field("body", tantivy::schema::TEXT);
+    drop(tantivy::Index::create_in_dir(dir.path(), b.build()).expect("create"));
+    let err = JobIndex::open_or_create(dir.path()).expect_err("not ours");
+    assert!(err.to_string().contains("not a coroner line index"), "{err}");
+}
+
+#[test]
+fn new_indexes_do_not_index_capture_time() {
+    let (schema, f) = schema::build_schema();
+    let entry = schema.get_field_entry(f.capture_ns);
+    assert!(entry.is_fast() && !entry.is_indexed());
+}

@@ -245,12 +245,14 @@ fn run(sizes: Sizes, only: &[String], verbose: bool) -> Result<(Map<String, Valu
         f.insert("ingest_lines_per_s".into(), json!(i.ingest_lines_per_s.round()));
         f.insert("raw_index_docs_per_s".into(), json!(i.raw_index_docs_per_s.round()));
         f.insert("ingest_searchable".into(), json!(i.searchable));
+        f.insert("ingest_cpu_s_per_million_lines".into(), json!(round(i.ingest_cpu_s_per_million)));
+        f.insert("raw_index_cpu_s_per_million_docs".into(), json!(round(i.raw_cpu_s_per_million)));
         rows.push(Row {
             figure: "ingest, lines/s (gRPC agents -> committed)",
             value: format!("{:.0}", i.ingest_lines_per_s),
             reference: format!(
-                "raw JobIndex add+commit {:.0} docs/s ({} agents, {} lines, searchable: {})",
-                i.raw_index_docs_per_s, i.agents, i.lines, i.searchable
+                "raw JobIndex add+commit {:.0} docs/s ({} agents, {} lines, searchable: {}; CPU s per million: {:.2} ingest, {:.2} raw)",
+                i.raw_index_docs_per_s, i.agents, i.lines, i.searchable, i.ingest_cpu_s_per_million, i.raw_cpu_s_per_million
             ),
             target: ">= raw/2 and >= 150000",
             ok: Some(i.searchable && i.ingest_lines_per_s >= 150_000.0 && i.ingest_lines_per_s * 2.0 >= i.raw_index_docs_per_s),

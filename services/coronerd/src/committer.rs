@@ -103,9 +103,20 @@ fn commit_group(job: &Job, requests: Vec<CommitRequest>) -> Group {
         for r in requests {
             let mut lines = r.lines;
             let before = lines.len();
+            // A batch's lines mostly share one stream: look the position up when the key changes.
+            let mut current: Option<((Option<u32>, Stream), u64)> = None;
             lines.retain(|l| {
                 let key = (l.rank.map(|r| r.0), l.stream);
-                let expected = next.entry(key).or_insert_with(|| held.get(&key).copied().unwrap_or(0));
+                let expected = match &mut current {
+                    Some((k, e)) if *k == key => e,
+                    _ => {
+                        if let Some((k, e)) = current.take() {
+                            next.insert(k, e);
+                        }
+                        let e = next.get(&key).or_else(|| held.get(&key)).copied().unwrap_or(0);
+                        &mut current.insert((key, e)).1
+                    }
+                };
                 if l.seq < *expected {
                     false
                 } else {
@@ -113,6 +124,9 @@ fn commit_group(job: &Job, requests: Vec<CommitRequest>) -> Group {
                     true
                 }
             });
+            if let Some((k, e)) = current {
+                next.insert(k, e);
+            }
             replies.push((r.done, (before - lines.len()) as u32));
             fresh.push(lines);
             hosts.push(r.host);
@@ -199,11 +213,18 @@ fn doc<'a>(l: &'a LogLine, host: &'a str) -> LineRef<'a> {
 
 /// A cheap severity for search filters; the typed events carry the real meaning.
 pub fn severity(bytes: &[u8]) -> &'static str {
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    // Built once: building a searcher per line costs more than the search.
+    static MARKS: LazyLock<[Vec<Finder<'static>>; 2]> = LazyLock::new(|| {
+        let finders = |marks: &[&'static [u8]]| marks.iter().map(|m| Finder::new(*m)).collect();
+        [finders(&[b"Error", b"ERROR", b"[E", b"[F", b"Traceback", b"Fatal"]), finders(&[b"WARN", b"Warning", b"[W"])]
+    });
     let head = &bytes[..bytes.len().min(160)];
-    let has = |n: &[u8]| memchr::memmem::find(head, n).is_some();
-    if has(b"Error") || has(b"ERROR") || has(b"[E") || has(b"[F") || has(b"Traceback") || has(b"Fatal") {
+    let [error, warning] = &*MARKS;
+    if error.iter().any(|f| f.find(head).is_some()) {
         "error"
-    } else if has(b"WARN") || has(b"Warning") || has(b"[W") {
+    } else if warning.iter().any(|f| f.find(head).is_some()) {
         "warning"
     } else {
         "info"
