@@ -224,6 +224,21 @@ impl JobPipeline {
                 }
             }
         }
+        if rank.is_none() {
+            // A per-node agent samples every GPU of its node: GPU i is local rank i's (the
+            // launchers' convention), filed where that worker's `[default<i>]:` lines go.
+            let (samples, rest): (Vec<Event>, Vec<Event>) =
+                events.into_iter().partition(|e| matches!(&e.kind, EventKind::GpuSample(s) if s.index.is_some()));
+            for e in samples {
+                let owner = match &e.kind {
+                    EventKind::GpuSample(s) => s.index.and_then(|i| self.demux.global_of(i)),
+                    _ => None,
+                };
+                file_into(&mut self.evidence, owner, vec![e]);
+            }
+            file_into(&mut self.evidence, None, rest);
+            return;
+        }
         file_into(&mut self.evidence, rank, events);
     }
 
@@ -372,6 +387,22 @@ mod gpu_sample_tests {
         let m = report.ranks.iter().find(|r| r.rank == Rank(1)).and_then(|r| r.gpu_memory.clone()).expect("GPU memory for rank 1");
         assert_eq!((m.samples, m.first_mib, m.last_mib), (4, 2_000, 139_000));
         assert!(report.notes.iter().any(|n| n.starts_with("the culprit's GPU 00000000:3B:00.0 memory 2.0 GiB -> 135.7 GiB")), "{:?}", report.notes);
+    }
+
+    #[test]
+    fn a_node_agents_samples_go_to_the_local_rank_of_their_gpu_index() {
+        let mut p = JobPipeline::new("j");
+        p.set_node_rank_base(8);
+        for (seq, index) in [0u32, 1].iter().enumerate() {
+            let s = GpuSample { index: Some(*index), bus: format!("00000000:0{index}:00.0"), used_mib: 100 + u64::from(*index), total_mib: 1000, util_pct: None };
+            p.push_line(LogLine { rank: None, stream: Stream::File, seq: seq as u64, capture_ns: 1, bytes: s.to_line().into_bytes() });
+        }
+        let ev = p.evidence();
+        let last = |r: u32| ev.ranks.get(&Rank(r)).and_then(|r| r.events.iter().find_map(|e| match &e.kind {
+            EventKind::GpuSample(s) => Some(s.used_mib),
+            _ => None,
+        }));
+        assert_eq!((last(8), last(9)), (Some(100), Some(101)));
     }
 }
 
