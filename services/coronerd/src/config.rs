@@ -50,6 +50,40 @@ pub struct Config {
     /// another instance waits before taking over the jobs of one that died.
     #[arg(long, env = "CORONER_LEASE_TTL", default_value = "10", value_parser = parse_seconds)]
     pub lease_ttl: std::time::Duration,
+    /// The token agents, imports and OTLP senders must present (`authorization: Bearer <token>`)
+    /// to write [default: none; required when binding beyond loopback].
+    #[arg(long, env = "CORONER_WRITE_TOKEN", hide_env_values = true, conflicts_with = "write_token_file")]
+    pub write_token: Option<String>,
+    /// The token queries, the web pages and /metrics need (the write token reads too).
+    #[arg(long, env = "CORONER_READ_TOKEN", hide_env_values = true, conflicts_with = "read_token_file")]
+    pub read_token: Option<String>,
+    /// A file holding the write token (surrounding whitespace ignored).
+    #[arg(long, env = "CORONER_WRITE_TOKEN_FILE")]
+    pub write_token_file: Option<PathBuf>,
+    /// A file holding the read token (surrounding whitespace ignored).
+    #[arg(long, env = "CORONER_READ_TOKEN_FILE")]
+    pub read_token_file: Option<PathBuf>,
+    /// Serve without tokens on a non-loopback address (anyone who reaches the port can write and read).
+    #[arg(long, env = "CORONER_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+}
+
+fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    use anyhow::Context;
+    let t = match (value, file) {
+        (Some(v), _) => v.trim().to_string(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("read the {what} token file {}", f.display()))?
+            .trim()
+            .to_string(),
+        (None, None) => return Ok(None),
+    };
+    anyhow::ensure!(!t.is_empty(), "the {what} token is empty; give a non-empty token or leave it unset");
+    anyhow::ensure!(
+        t.bytes().all(|b| b.is_ascii_graphic()),
+        "the {what} token has spaces or characters outside printable ASCII; use letters, digits and punctuation"
+    );
+    Ok(Some(t))
 }
 
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
@@ -74,7 +108,31 @@ impl Config {
             advertise_grpc: None,
             advertise_http: None,
             lease_ttl: std::time::Duration::from_secs(10),
+            write_token: None,
+            read_token: None,
+            write_token_file: None,
+            read_token_file: None,
+            insecure_no_auth: false,
         }
+    }
+
+    /// The tokens from their flags or files; refuses a non-loopback address without both
+    /// unless `--insecure-no-auth`.
+    pub fn tokens(&self) -> anyhow::Result<crate::auth::Tokens> {
+        let write = token("write", self.write_token.as_deref(), self.write_token_file.as_deref())?;
+        let read = token("read", self.read_token.as_deref(), self.read_token_file.as_deref())?;
+        if !self.insecure_no_auth && (write.is_none() || read.is_none()) {
+            for (what, addr) in [("--grpc-addr", self.grpc_addr), ("--http-addr", self.http_addr)] {
+                if !addr.ip().is_loopback() {
+                    anyhow::bail!(
+                        "refusing to serve on {addr} ({what}) without tokens: anyone who reaches it could write and read. \
+                         Pass --write-token and --read-token (or CORONER_WRITE_TOKEN / CORONER_READ_TOKEN, or the --*-token-file flags), \
+                         bind 127.0.0.1, or accept the risk with --insecure-no-auth"
+                    );
+                }
+            }
+        }
+        Ok(crate::auth::Tokens::new(write.as_deref(), read.as_deref()))
     }
 
     /// This instance as it claims job leases, once its listeners are bound.

@@ -4,6 +4,7 @@
 //! (the web pages, their JSON API and `/metrics`) until the shutdown token fires, then stops accepting, lets in-flight commits
 //! finish, and closes.
 
+pub mod auth;
 pub mod config;
 mod committer;
 mod error;
@@ -47,6 +48,7 @@ pub async fn start(
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(impl std::future::Future<Output = anyhow::Result<()>>, Bound)> {
+    let tokens = Arc::new(config.tokens()?);
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create the data dir {}", config.data_dir.display()))?;
     let rules = load_rules(&config)?;
@@ -62,7 +64,7 @@ pub async fn start(
         .with_context(|| format!("bind the HTTP address {} (in use? set --http-addr)", config.http_addr))?;
     let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
     let me = config.instance(bound.grpc, bound.http);
-    tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, "coronerd listening");
+    tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
     let metrics = Arc::new(metrics::Metrics::default());
     let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone(), me));
     retention::spawn(jobs.clone(), config.retention, shutdown.clone());
@@ -87,19 +89,33 @@ pub async fn start(
     let grpc = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(
-            coroner_proto::v1::ingest_server::IngestServer::new(ingest)
-                .max_decoding_message_size(64 << 20),
-        )
-        .add_service(proxy::OwnerProxy::new(coroner_proto::v1::query_server::QueryServer::new(query), peers.clone()))
-        .add_service(proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers))
-        .add_service(otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20))
+        .add_service(auth::Guarded::new(
+            coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20),
+            tokens.clone(),
+            auth::Need::Write,
+        ))
+        .add_service(auth::Guarded::new(
+            proxy::OwnerProxy::new(coroner_proto::v1::query_server::QueryServer::new(query), peers.clone()),
+            tokens.clone(),
+            auth::Need::Read,
+        ))
+        .add_service(auth::Guarded::new(
+            proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers),
+            tokens.clone(),
+            auth::Need::Write,
+        ))
+        .add_service(auth::Guarded::new(
+            otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20),
+            tokens.clone(),
+            auth::Need::Write,
+        ))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
             async move { grpc_shutdown.cancelled().await },
         );
     let http_shutdown = shutdown.clone();
-    let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone());
+    let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone())
+        .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
     let http = axum::serve(http_listener, app).with_graceful_shutdown(async move { http_shutdown.cancelled().await });
 
     let server = async move {
