@@ -1,6 +1,7 @@
 //! The `coroner.v1` protocol. Generated types live in [`v1`]; [`convert`] turns them into the
 //! model's types and back, validating on the way in: the analysis never sees a prost type.
 
+pub mod auth;
 pub mod convert;
 
 /// Generated code for package `coroner.v1`.

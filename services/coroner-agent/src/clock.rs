@@ -8,7 +8,7 @@ use crate::capture::now_ns;
 use coroner_proto::v1;
 use coroner_proto::v1::ingest_client::IngestClient;
 use std::time::Duration;
-use tonic::transport::Channel;
+use coroner_proto::auth::Channel;
 
 /// How often to probe while connected.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);

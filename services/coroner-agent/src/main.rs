@@ -72,6 +72,9 @@ struct RunArgs {
     /// coronerd's gRPC address.
     #[arg(long, env = "CORONER_SERVER", default_value = "http://127.0.0.1:7070")]
     server: String,
+    /// The write token coronerd was given, sent as `authorization: Bearer <token>` on every call.
+    #[arg(long, env = "CORONER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Where to spool [default: $TMPDIR/coroner-spool].
     #[arg(long, env = "CORONER_SPOOL_DIR")]
     spool_dir: Option<PathBuf>,
@@ -123,6 +126,10 @@ fn main() {
     let cli = Cli::parse();
     let Cmd::Run(args) = cli.command;
     init_tracing(args.quiet);
+    // A bad token must not stop the training job: the server refuses, the spool keeps the lines.
+    if let Err(e) = coroner_proto::auth::set_token(args.token.as_deref()) {
+        tracing::error!("--token / CORONER_TOKEN: {e}; shipping without a token");
+    }
     let code = match run(args) {
         Ok(code) => code,
         Err(e) => {

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Duration;
-use tonic::transport::Channel;
+use coroner_proto::auth::Channel;
 
 /// How long one replay may wait for its acknowledgements.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -37,7 +37,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use coroner_proto::auth::Channel;
+use tonic::transport::Endpoint;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -241,7 +242,8 @@ pub async fn open_channel(server: &str) -> Result<Channel, String> {
         .map_err(|e| format!("server address {server:?}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true);
-    endpoint.connect().await.map_err(|e| format!("connect to {server}: {e}"))
+    let channel = endpoint.connect().await.map_err(|e| format!("connect to {server}: {e}"))?;
+    Ok(coroner_proto::auth::channel(channel))
 }
 
 pub struct Shipper {

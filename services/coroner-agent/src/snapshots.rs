@@ -154,7 +154,7 @@ enum Failure {
 
 /// Reads up to `cap` bytes of `path` and uploads them.
 async fn upload(
-    mut client: coroner_proto::v1::ingest_client::IngestClient<tonic::transport::Channel>,
+    mut client: coroner_proto::v1::ingest_client::IngestClient<coroner_proto::auth::Channel>,
     session: &str,
     s: &Settings,
     path: &Path,

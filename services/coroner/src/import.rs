@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tonic::transport::Channel;
+use coroner_proto::auth::Channel;
 
 const BATCH_LINES: usize = 2000;
 const CHUNK_BYTES: usize = 1 << 20;
@@ -96,9 +96,7 @@ pub async fn run(server: &str, paths: &[PathBuf], job: &str, hosts: &Hosts) -> a
     for n in &collected.notes {
         eprintln!("coroner: warning: {n}");
     }
-    let mut client = IngestClient::connect(server.to_string())
-        .await
-        .with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))?;
+    let mut client = IngestClient::new(crate::remote::channel(server).await?);
     let mut total = 0usize;
     let mut ranks: Vec<Option<Rank>> = collected.lines.keys().copied().collect();
     for end in &collected.ends {

@@ -18,6 +18,10 @@ struct Cli {
     /// The coronerd gRPC address.
     #[arg(long, global = true, env = "CORONER_SERVER", default_value = "http://127.0.0.1:7070")]
     server: String,
+    /// The token coronerd was given (`--read-token` for queries, `--write-token` for `import`),
+    /// sent as `authorization: Bearer <token>`.
+    #[arg(long, global = true, env = "CORONER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -159,6 +163,10 @@ enum SnapshotCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = coroner_proto::auth::set_token(cli.token.as_deref()) {
+        eprintln!("coroner: --token: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Analyze { paths, json, job, rules, history } => analyze::run(&paths, json, job, rules.as_deref(), history.as_deref()),
         Command::Import { paths, job, host, host_map } => import::Hosts::parse(host, &host_map)

@@ -3,12 +3,21 @@
 use anyhow::Context;
 use coroner_proto::v1::{self, query_client::QueryClient};
 use std::process::ExitCode;
-use tonic::transport::Channel;
+use coroner_proto::auth::Channel;
+
+/// A channel to coronerd whose calls carry `--token`.
+pub async fn channel(server: &str) -> anyhow::Result<Channel> {
+    let endpoint = tonic::transport::Endpoint::from_shared(server.to_string())
+        .with_context(|| format!("server address {server:?} (set --server or CORONER_SERVER)"))?;
+    let inner = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))?;
+    Ok(coroner_proto::auth::channel(inner))
+}
 
 pub async fn connect(server: &str) -> anyhow::Result<QueryClient<Channel>> {
-    QueryClient::connect(server.to_string())
-        .await
-        .with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))
+    Ok(QueryClient::new(channel(server).await?))
 }
 
 pub fn status_message(s: tonic::Status) -> anyhow::Error {
