@@ -3,7 +3,13 @@
 //!
 //! Each pipe has its own OS thread doing blocking reads, so a slow terminal on one stream never
 //! delays the other, and nothing here ever waits on the network: lines go into the shipper's
-//! bounded in-memory queue, which drops (and counts) rather than blocks.
+//! bounded in-memory queue, which the shipper drains into the spool on local disk. In a burst
+//! faster than the spool takes it the thread waits for room (bounded, see `queue.rs`); when the
+//! shipper cannot spool, a full queue drops (and counts) routine lines rather than blocks.
+//!
+//! Per read, not per line: one `read`, one `write` of the same bytes to our own stdout or stderr
+//! (so the passthrough is byte-exact and as prompt as the child's own writes), one lock to queue
+//! the read's lines; a line is a slice of the read buffer, not a copy.
 //!
 //! A line is the bytes up to `\n`, without it; a `\r` before it is kept. The capture time is the
 //! wall-clock time of the read that delivered the line's first byte. A line longer than
