@@ -1,5 +1,6 @@
 //! coroner's integration tests, compiled into one binary.
 
+mod auth;
 mod bad_input;
 mod compose;
 mod end_to_end;

@@ -1,0 +1,183 @@
+//! Tokens: coronerd started with a write and a read token refuses calls without the right one,
+//! on gRPC (UNAUTHENTICATED with the reason) and HTTP (401), lets the write token write and both
+//! read, and refuses to bind beyond loopback without tokens.
+
+use crate::served::{free_port, runtime};
+use coroner_tests::{binary, data_dir};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const WRITE: &str = "w-0123456789abcdef";
+const READ: &str = "r-fedcba9876543210";
+
+struct Guarded {
+    child: Child,
+    grpc_url: String,
+    http_port: u16,
+    _data: tempfile::TempDir,
+}
+
+impl Guarded {
+    fn start(host: &str, extra: &[&str]) -> Guarded {
+        let data = tempfile::tempdir().expect("tempdir");
+        let (grpc, http) = (free_port(), free_port());
+        let child = Command::new(binary("coronerd"))
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["--grpc-addr", &format!("{host}:{grpc}"), "--http-addr", &format!("{host}:{http}")])
+            .args(extra)
+            .env_remove("CORONER_WRITE_TOKEN")
+            .env_remove("CORONER_READ_TOKEN")
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start coronerd");
+        let g = Guarded { child, grpc_url: format!("http://127.0.0.1:{grpc}"), http_port: http, _data: data };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while g.get("/healthz", &[]).0 != 200 {
+            assert!(Instant::now() < deadline, "coronerd did not come up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        g
+    }
+
+    fn coroner(&self, token: Option<&str>, args: &[&str]) -> Output {
+        let mut c = Command::new(binary("coroner"));
+        c.env_remove("CORONER_TOKEN").arg("--server").arg(&self.grpc_url);
+        if let Some(t) = token {
+            c.args(["--token", t]);
+        }
+        c.args(args).output().expect("run coroner")
+    }
+
+    /// A plain HTTP/1.0 GET with extra header lines: (status, head, body).
+    fn get(&self, path: &str, headers: &[&str]) -> (u16, String, String) {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.http_port)) else { return (0, String::new(), String::new()) };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+        let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+        let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{extra}\r\n");
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        (status, head.to_string(), body.to_string())
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn grpc_calls_need_the_right_token() {
+    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+
+    // The status code itself, from a plain client.
+    let rt = runtime();
+    let code = rt.block_on(async {
+        let mut q = coroner_proto::v1::query_client::QueryClient::connect(g.grpc_url.clone()).await.expect("connect");
+        q.list_jobs(coroner_proto::v1::ListJobsRequest::default()).await.expect_err("no token").code()
+    });
+    assert_eq!(code, tonic::Code::Unauthenticated);
+
+    let out = g.coroner(None, &["jobs"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("needs the read token"), "{}", stderr(&out));
+    let out = g.coroner(Some("not-the-token"), &["jobs"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("not valid"), "{}", stderr(&out));
+    for t in [READ, WRITE] {
+        let out = g.coroner(Some(t), &["jobs"]);
+        assert!(out.status.success(), "jobs with a token: {}", stderr(&out));
+    }
+
+    let bundle = data_dir().join("corpus").join("nccl2_hang_r1");
+    let bundle = bundle.to_str().expect("utf-8 path");
+    let out = g.coroner(Some(READ), &["import", bundle, "--job", "auth-job"]);
+    assert!(!out.status.success(), "the read token imported");
+    assert!(stderr(&out).contains("read token cannot write"), "{}", stderr(&out));
+    let out = g.coroner(None, &["import", bundle, "--job", "auth-job"]);
+    assert!(!out.status.success(), "an import without a token went through");
+    assert!(stderr(&out).contains("needs the write token"), "{}", stderr(&out));
+
+    let out = g.coroner(Some(WRITE), &["import", bundle, "--job", "auth-job"]);
+    assert!(out.status.success(), "import with the write token: {}", stderr(&out));
+    let out = g.coroner(Some(READ), &["jobs", "--json"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("auth-job"), "the imported job is not listed");
+}
+
+#[test]
+fn an_agent_with_the_write_token_ships() {
+    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    let spool = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(binary("coroner-agent"))
+        .args(["run", "--job", "auth-agent", "--rank", "0", "--world-size", "1"])
+        .args(["--server", &g.grpc_url, "--flush-timeout", "5", "--quiet", "--token", WRITE])
+        .arg("--spool-dir")
+        .arg(spool.path())
+        .args(["--", "sh", "-c", "echo token-line-marker"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run coroner-agent");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = g.coroner(Some(READ), &["search", "auth-agent", "token-line-marker"]);
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("token-line-marker") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent's line never arrived: {}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn http_needs_the_read_token() {
+    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    let (status, head, body) = g.get("/api/jobs", &[]);
+    assert_eq!(status, 401, "{head}\n{body}");
+    assert!(body.contains("read token"), "{body}");
+    assert_eq!(g.get("/api/jobs", &["Authorization: Bearer wrong"]).0, 401);
+    assert_eq!(g.get("/metrics", &[]).0, 401);
+    assert_eq!(g.get("/healthz", &[]).0, 200);
+    assert_eq!(g.get("/assets/style.css", &[]).0, 200);
+    assert_eq!(g.get("/api/jobs", &[&format!("Authorization: Bearer {READ}")]).0, 200);
+    assert_eq!(g.get("/api/jobs", &[&format!("Authorization: Bearer {WRITE}")]).0, 200);
+    // A browser: the token in the address once, then the cookie.
+    let (status, head, _) = g.get(&format!("/?token={READ}"), &[]);
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains(&format!("set-cookie: coroner_token={READ}").to_ascii_lowercase()), "{head}");
+    assert_eq!(g.get("/api/jobs", &[&format!("Cookie: coroner_token={READ}")]).0, 200);
+}
+
+#[test]
+fn refuses_to_bind_beyond_loopback_without_tokens() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(binary("coronerd"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--grpc-addr", &format!("0.0.0.0:{}", free_port()), "--http-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--read-token", READ])
+        .env_remove("CORONER_WRITE_TOKEN")
+        .env_remove("CORONER_READ_TOKEN")
+        .output()
+        .expect("run coronerd");
+    assert!(!out.status.success(), "coronerd served 0.0.0.0 without a write token");
+    let e = stderr(&out);
+    assert!(e.contains("refusing to serve on 0.0.0.0") && e.contains("--write-token") && e.contains("127.0.0.1"), "{e}");
+
+    // With both tokens, or told to, it serves.
+    drop(Guarded::start("0.0.0.0", &["--write-token", WRITE, "--read-token", READ]));
+    let open = Guarded::start("0.0.0.0", &["--insecure-no-auth"]);
+    assert!(open.coroner(None, &["jobs"]).status.success());
+}
