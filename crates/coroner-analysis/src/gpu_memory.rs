@@ -47,6 +47,15 @@ pub fn summary(evidence: &JobEvidence, clock: &ClockModel, rank: Rank) -> Option
         (None, n) if n > 1 => return None,
         _ => {}
     }
+    // After the rank's process ended its GPU's memory is no longer its own: a per-node agent
+    // keeps sampling. Cut at the end when known, else at the rank's last line.
+    let cutoff = evidence
+        .end_of(rank)
+        .and_then(|e| e.at_ns)
+        .or_else(|| samples.iter().any(|(e, _)| e.rank.is_none()).then(|| evidence.ranks.get(&rank).and_then(|r| r.last_capture_ns)).flatten());
+    if let Some(cut) = cutoff {
+        samples.retain(|(e, _)| e.capture_ns <= cut);
+    }
     let (first_e, first) = *samples.first()?;
     let (last_e, last) = *samples.last()?;
     let aligned = |e: &Event| format_rfc3339_ns(clock.aligned(e.rank.or(Some(rank)), e.capture_ns));
@@ -115,6 +124,9 @@ mod tests {
         let clock = ClockModel::default();
         assert_eq!(summary(&e, &clock, Rank(0)).map(|m| (m.samples, m.last_mib)), Some((1, 10)));
         assert_eq!(summary(&e, &clock, Rank(1)).map(|m| (m.samples, m.last_mib)), Some((2, 30)));
+        // Rank 1's last line came at 1 s: the node agent's later sample is not its memory.
+        e.rank_mut(Rank(1)).last_capture_ns = Some(1_000_000_000);
+        assert_eq!(summary(&e, &clock, Rank(1)).map(|m| (m.samples, m.last_mib)), Some((1, 20)));
         // Several GPUs on a rank's own lines and no init line to choose: no guess.
         e.rank_mut(Rank(2)).events = vec![ev(Some(2), 1, gpu("00000000:18:00.0", 10)), ev(Some(2), 1, gpu("00000000:3B:00.0", 20))];
         assert_eq!(summary(&e, &clock, Rank(2)), None);
