@@ -22,10 +22,15 @@ struct Guarded {
 impl Guarded {
     fn start(host: &str, extra: &[&str]) -> Guarded {
         let data = tempfile::tempdir().expect("tempdir");
+        let dir = data.path().to_str().expect("utf-8 path").to_string();
+        Guarded::start_in(host, &dir, data, extra)
+    }
+
+    /// Starts coronerd with its data in `dir` (`data` is kept alive with it).
+    fn start_in(host: &str, dir: &str, data: tempfile::TempDir, extra: &[&str]) -> Guarded {
         let (grpc, http) = (free_port(), free_port());
         let child = Command::new(binary("coronerd"))
-            .arg("--data-dir")
-            .arg(data.path())
+            .args(["--data-dir", dir])
             .args(["--grpc-addr", &format!("{host}:{grpc}"), "--http-addr", &format!("{host}:{http}")])
             .args(extra)
             .env_remove("CORONER_WRITE_TOKEN")
@@ -180,4 +185,46 @@ fn refuses_to_bind_beyond_loopback_without_tokens() {
     drop(Guarded::start("0.0.0.0", &["--write-token", WRITE, "--read-token", READ]));
     let open = Guarded::start("0.0.0.0", &["--insecure-no-auth"]);
     assert!(open.coroner(None, &["jobs"]).status.success());
+}
+
+/// Two instances on one PostgreSQL with the same tokens: a query asked of the one that does not
+/// own the job is proxied to the owner with the caller's token.
+#[test]
+fn a_proxied_query_carries_the_callers_token() {
+    use sqlx::Connection;
+    let admin_url = std::env::var("CORONER_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let rt = runtime();
+    let mut admin = match rt.block_on(sqlx::PgConnection::connect(&admin_url)) {
+        Ok(c) => c,
+        Err(e) if std::env::var("CORONER_SKIP_POSTGRES").is_ok_and(|v| v == "1") => {
+            eprintln!("SKIPPED auth proxy: PostgreSQL at {admin_url} is unreachable ({e}) and CORONER_SKIP_POSTGRES=1");
+            return;
+        }
+        Err(e) => panic!("PostgreSQL at {admin_url} is unreachable: {e}; start it, point CORONER_TEST_POSTGRES_URL at one, or set CORONER_SKIP_POSTGRES=1"),
+    };
+    let db = format!("coroner_auth_{}", std::process::id());
+    rt.block_on(sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut admin)).expect("create the test database");
+    let db_url = match admin_url.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{db}"),
+        None => panic!("CORONER_TEST_POSTGRES_URL {admin_url:?} has no database part"),
+    };
+    let shared = tempfile::tempdir().expect("tempdir");
+    let data = shared.path().to_str().expect("utf-8 path").to_string();
+    let flags = |id: &'static str| vec!["--write-token", WRITE, "--read-token", READ, "--database-url", &db_url, "--instance-id", id];
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let a = Guarded::start_in("127.0.0.1", &data, tempfile::tempdir().expect("tempdir"), &flags("auth-a"));
+        let b = Guarded::start_in("127.0.0.1", &data, tempfile::tempdir().expect("tempdir"), &flags("auth-b"));
+        let bundle = data_dir().join("corpus").join("nccl2_hang_r1");
+        let out = a.coroner(Some(WRITE), &["import", bundle.to_str().expect("utf-8 path"), "--job", "auth-proxied"]);
+        assert!(out.status.success(), "import at a: {}", stderr(&out));
+        let out = b.coroner(Some(READ), &["report", "auth-proxied", "--json"]);
+        assert!(out.status.success(), "a report asked of b, proxied to a with the read token: {}", stderr(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("auth-proxied"));
+        let out = b.coroner(None, &["report", "auth-proxied"]);
+        assert!(!out.status.success() && stderr(&out).contains("needs the read token"), "{}", stderr(&out));
+    }));
+    rt.block_on(sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&mut admin)).expect("drop the test database");
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
 }
