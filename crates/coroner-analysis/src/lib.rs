@@ -5,18 +5,18 @@
 //! read collective progress ([`progress`]), find each rank's first-hand failure, decide the first
 //! failing rank (or the stuck one, or the deviating one), and write the [`Report`].
 
-pub mod causality;
 mod cascade;
+pub mod causality;
 mod classified;
 pub mod clock;
 mod diagnose;
 pub mod evidence;
-pub mod live;
 mod findings;
 mod gpu_memory;
 mod hang;
 mod hardware;
 pub mod history;
+pub mod live;
 mod mismatch;
 mod pace;
 pub mod progress;
