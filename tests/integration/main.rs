@@ -14,4 +14,5 @@ mod served;
 mod skewed_clocks;
 mod snapshots;
 mod takeover;
+mod tls;
 mod web;

@@ -1,6 +1,7 @@
 //! The client side of coronerd's bearer tokens: one token per process (the agent's and the
 //! CLI's `--token` / `CORONER_TOKEN`), sent as `authorization: Bearer <token>` on every call
-//! of every channel opened through [`channel`].
+//! of every channel opened through [`channel`]. [`endpoint`] speaks TLS to `https://` servers,
+//! trusting the public roots and the CA set with [`set_tls_ca`] (`--tls-ca` / `CORONER_TLS_CA`).
 
 use std::sync::OnceLock;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -11,6 +12,33 @@ use tonic::service::Interceptor;
 pub type Channel = InterceptedService<tonic::transport::Channel, Bearer>;
 
 static TOKEN: OnceLock<Option<MetadataValue<Ascii>>> = OnceLock::new();
+static TLS_CA: OnceLock<Option<tonic::transport::Certificate>> = OnceLock::new();
+
+/// Sets the CA (a PEM file) that `https://` servers' certificates may chain to, besides the
+/// public roots; once, before the first endpoint.
+pub fn set_tls_ca(path: Option<&std::path::Path>) -> Result<(), String> {
+    let ca = match path {
+        None => None,
+        Some(p) => {
+            let pem = std::fs::read(p).map_err(|e| format!("read the TLS CA file {}: {e}", p.display()))?;
+            Some(tonic::transport::Certificate::from_pem(pem))
+        }
+    };
+    TLS_CA.set(ca).map_err(|_| "the TLS CA was already set".to_string())
+}
+
+/// An endpoint for `server` (`http://` plain, `https://` TLS).
+pub fn endpoint(server: &str) -> Result<tonic::transport::Endpoint, String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(server.to_string()).map_err(|e| format!("server address {server:?}: {e}"))?;
+    if !server.starts_with("https://") {
+        return Ok(endpoint);
+    }
+    let mut tls = tonic::transport::ClientTlsConfig::new().with_webpki_roots();
+    if let Some(Some(ca)) = TLS_CA.get() {
+        tls = tls.ca_certificate(ca.clone());
+    }
+    endpoint.tls_config(tls).map_err(|e| format!("TLS for {server}: {e}"))
+}
 
 /// Sets the process's token, once, before the first channel is opened. An empty token is none.
 pub fn set_token(token: Option<&str>) -> Result<(), String> {

@@ -75,6 +75,9 @@ struct RunArgs {
     /// The write token coronerd was given, sent as `authorization: Bearer <token>` on every call.
     #[arg(long, env = "CORONER_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A CA certificate (PEM) that an `https://` server's certificate chains to, besides the public roots.
+    #[arg(long, env = "CORONER_TLS_CA")]
+    tls_ca: Option<PathBuf>,
     /// Where to spool [default: $TMPDIR/coroner-spool].
     #[arg(long, env = "CORONER_SPOOL_DIR")]
     spool_dir: Option<PathBuf>,
@@ -129,6 +132,9 @@ fn main() {
     // A bad token must not stop the training job: the server refuses, the spool keeps the lines.
     if let Err(e) = coroner_proto::auth::set_token(args.token.as_deref()) {
         tracing::error!("--token / CORONER_TOKEN: {e}; shipping without a token");
+    }
+    if let Err(e) = coroner_proto::auth::set_tls_ca(args.tls_ca.as_deref()) {
+        tracing::error!("--tls-ca / CORONER_TLS_CA: {e}; trusting the public roots only");
     }
     let code = match run(args) {
         Ok(code) => code,

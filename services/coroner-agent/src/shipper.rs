@@ -38,7 +38,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use coroner_proto::auth::Channel;
-use tonic::transport::Endpoint;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -238,8 +237,7 @@ async fn ship_logs(
 }
 
 pub async fn open_channel(server: &str) -> Result<Channel, String> {
-    let endpoint = Endpoint::from_shared(server.to_string())
-        .map_err(|e| format!("server address {server:?}: {e}"))?
+    let endpoint = coroner_proto::auth::endpoint(server)?
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true);
     let channel = endpoint.connect().await.map_err(|e| format!("connect to {server}: {e}"))?;

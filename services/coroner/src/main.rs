@@ -22,6 +22,9 @@ struct Cli {
     /// sent as `authorization: Bearer <token>`.
     #[arg(long, global = true, env = "CORONER_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A CA certificate (PEM) that an `https://` server's certificate chains to, besides the public roots.
+    #[arg(long, global = true, env = "CORONER_TLS_CA")]
+    tls_ca: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -165,6 +168,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = coroner_proto::auth::set_token(cli.token.as_deref()) {
         eprintln!("coroner: --token: {e}");
+        return ExitCode::from(2);
+    }
+    if let Err(e) = coroner_proto::auth::set_tls_ca(cli.tls_ca.as_deref()) {
+        eprintln!("coroner: --tls-ca: {e}");
         return ExitCode::from(2);
     }
     let result = match cli.command {

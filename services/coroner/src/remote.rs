@@ -7,8 +7,8 @@ use coroner_proto::auth::Channel;
 
 /// A channel to coronerd whose calls carry `--token`.
 pub async fn channel(server: &str) -> anyhow::Result<Channel> {
-    let endpoint = tonic::transport::Endpoint::from_shared(server.to_string())
-        .with_context(|| format!("server address {server:?} (set --server or CORONER_SERVER)"))?;
+    let endpoint = coroner_proto::auth::endpoint(server)
+        .map_err(|e| anyhow::anyhow!("{e} (set --server or CORONER_SERVER)"))?;
     let inner = endpoint
         .connect()
         .await

@@ -66,6 +66,15 @@ pub struct Config {
     /// Serve without tokens on a non-loopback address (anyone who reaches the port can write and read).
     #[arg(long, env = "CORONER_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
+    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key. HTTP stays plain.
+    #[arg(long, env = "CORONER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "CORONER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// A CA certificate (PEM) that other instances' `https://` certificates chain to (for proxied queries).
+    #[arg(long, env = "CORONER_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
@@ -113,7 +122,19 @@ impl Config {
             write_token_file: None,
             read_token_file: None,
             insecure_no_auth: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
         }
+    }
+
+    /// The gRPC server's TLS settings, when --tls-cert and --tls-key are given.
+    pub fn grpc_tls(&self) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
+        use anyhow::Context;
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else { return Ok(None) };
+        let cert = std::fs::read(cert).with_context(|| format!("read the TLS certificate {}", cert.display()))?;
+        let key = std::fs::read(key).with_context(|| format!("read the TLS key {}", key.display()))?;
+        Ok(Some(tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key))))
     }
 
     /// The tokens from their flags or files; refuses a non-loopback address without both
@@ -140,7 +161,9 @@ impl Config {
         crate::ownership::Instance {
             claimant: coroner_store::Claimant {
                 owner: self.instance_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
-                grpc_address: self.advertise_grpc.clone().unwrap_or_else(|| format!("http://{grpc}")),
+                grpc_address: self.advertise_grpc.clone().unwrap_or_else(|| {
+                    format!("{}://{grpc}", if self.tls_cert.is_some() { "https" } else { "http" })
+                }),
                 http_address: self.advertise_http.clone().unwrap_or_else(|| format!("http://{http}")),
             },
             ttl: self.lease_ttl.max(std::time::Duration::from_millis(300)),

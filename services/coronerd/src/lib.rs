@@ -49,6 +49,13 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> anyhow::Result<(impl std::future::Future<Output = anyhow::Result<()>>, Bound)> {
     let tokens = Arc::new(config.tokens()?);
+    let grpc_tls = config.grpc_tls()?;
+    // Proxied queries to other instances trust this CA for their https:// addresses.
+    if let Some(ca) = &config.tls_ca {
+        std::fs::metadata(ca).with_context(|| format!("the TLS CA file {} (--tls-ca)", ca.display()))?;
+        // Set once per process (a second server in one process keeps the first CA).
+        let _ = coroner_proto::auth::set_tls_ca(Some(ca));
+    }
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("create the data dir {}", config.data_dir.display()))?;
     let rules = load_rules(&config)?;
@@ -86,7 +93,11 @@ pub async fn start(
         .context("build the reflection service")?;
 
     let grpc_shutdown = shutdown.clone();
-    let grpc = tonic::transport::Server::builder()
+    let mut grpc_builder = tonic::transport::Server::builder();
+    if let Some(tls) = grpc_tls {
+        grpc_builder = grpc_builder.tls_config(tls).context("the gRPC TLS certificate and key (--tls-cert, --tls-key)")?;
+    }
+    let grpc = grpc_builder
         .add_service(health_service)
         .add_service(reflection)
         .add_service(auth::Guarded::new(

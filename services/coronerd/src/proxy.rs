@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Marks a request one instance forwarded to another.
 const PROXIED: &str = "coroner-proxied";
@@ -37,7 +37,7 @@ impl Peers {
         if let Some(c) = map.get(address) {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(address.to_string()).map_err(|e| format!("owner address {address:?}: {e}"))?;
+        let endpoint = coroner_proto::auth::endpoint(address).map_err(|e| format!("owner address: {e}"))?;
         let channel = endpoint.connect_timeout(std::time::Duration::from_secs(2)).connect_lazy();
         map.insert(address.to_string(), channel.clone());
         Ok(channel)

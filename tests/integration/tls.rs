@@ -1,0 +1,100 @@
+//! TLS on gRPC: coronerd with a self-signed certificate (made here) serves `https://`; the CLI
+//! and an agent that trust it (`--tls-ca`) get through; a client that does not, or that speaks
+//! plain HTTP/2 to the TLS port, is refused.
+
+use crate::served::free_port;
+use coroner_tests::binary;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct Tls {
+    child: Child,
+    port: u16,
+    ca: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Tls {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn healthz(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = write!(s, "GET /healthz HTTP/1.0\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.starts_with("HTTP/1.0 200") || out.starts_with("HTTP/1.1 200")
+}
+
+fn start() -> Tls {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("a certificate");
+    let (cert, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, key.cert.pem()).expect("write cert");
+    std::fs::write(&key_file, key.key_pair.serialize_pem()).expect("write key");
+    let (grpc, http) = (free_port(), free_port());
+    let child = Command::new(binary("coronerd"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key_file)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start coronerd");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !healthz(http) {
+        assert!(Instant::now() < deadline, "coronerd did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Tls { child, port: grpc, ca: cert, _dir: dir }
+}
+
+fn coroner(server: &str, ca: Option<&std::path::Path>, args: &[&str]) -> Output {
+    let mut c = Command::new(binary("coroner"));
+    c.env_remove("CORONER_TLS_CA").env_remove("CORONER_TOKEN").args(["--server", server]);
+    if let Some(ca) = ca {
+        c.arg("--tls-ca").arg(ca);
+    }
+    c.args(args).output().expect("run coroner")
+}
+
+#[test]
+fn grpc_over_tls_with_a_trusted_self_signed_certificate() {
+    let t = start();
+    let https = format!("https://127.0.0.1:{}", t.port);
+    let ok = coroner(&https, Some(&t.ca), &["jobs"]);
+    assert!(ok.status.success(), "jobs over TLS: {}", String::from_utf8_lossy(&ok.stderr));
+    assert!(!coroner(&https, None, &["jobs"]).status.success(), "an untrusted certificate was accepted");
+    assert!(!coroner(&format!("http://127.0.0.1:{}", t.port), None, &["jobs"]).status.success(), "plain HTTP/2 reached the TLS port");
+
+    let spool = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(binary("coroner-agent"))
+        .args(["run", "--job", "tls-agent", "--rank", "0", "--world-size", "1", "--server", &https])
+        .arg("--tls-ca")
+        .arg(&t.ca)
+        .args(["--flush-timeout", "5", "--quiet", "--spool-dir"])
+        .arg(spool.path())
+        .args(["--", "sh", "-c", "echo tls-line-marker"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run coroner-agent");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = coroner(&https, Some(&t.ca), &["search", "tls-agent", "tls-line-marker"]);
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("tls-line-marker") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent's line never arrived over TLS: {}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
