@@ -1,6 +1,6 @@
-//! TLS on gRPC: coronerd with a self-signed certificate (made here) serves `https://`; the CLI
-//! and an agent that trust it (`--tls-ca`) get through; a client that does not, or that speaks
-//! plain HTTP/2 to the TLS port, is refused.
+//! TLS: coronerd with a self-signed certificate (made here) serves gRPC and HTTP over TLS; the
+//! CLI, an agent and an HTTPS client that trust it (`--tls-ca`) get through; a client that does
+//! not, or that speaks plain text to a TLS port, is refused.
 
 use crate::served::free_port;
 use coroner_tests::binary;
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 struct Tls {
     child: Child,
     port: u16,
+    http_port: u16,
     ca: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -23,12 +24,36 @@ impl Drop for Tls {
     }
 }
 
-fn healthz(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = write!(s, "GET /healthz HTTP/1.0\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.starts_with("HTTP/1.0 200") || out.starts_with("HTTP/1.1 200")
+/// GET over TLS trusting `ca`: the response's text ("" when no connection or handshake).
+fn https_get(port: u16, ca: &std::path::Path, path: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_file(ca).expect("read the CA")).expect("a CA certificate");
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("server name");
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("client connection");
+    let Ok(tcp) = TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    if write!(tls, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return String::new();
+    }
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw);
+    String::from_utf8_lossy(&raw).into_owned()
+}
+
+fn plain_get(port: u16, path: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(s, "GET {path} HTTP/1.0\r\n\r\n");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn start() -> Tls {
@@ -50,11 +75,11 @@ fn start() -> Tls {
         .spawn()
         .expect("start coronerd");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !healthz(http) {
+    while !https_get(http, &cert, "/healthz").starts_with("HTTP/1.0 200") {
         assert!(Instant::now() < deadline, "coronerd did not come up");
         std::thread::sleep(Duration::from_millis(100));
     }
-    Tls { child, port: grpc, ca: cert, _dir: dir }
+    Tls { child, port: grpc, http_port: http, ca: cert, _dir: dir }
 }
 
 fn coroner(server: &str, ca: Option<&std::path::Path>, args: &[&str]) -> Output {
@@ -67,13 +92,17 @@ fn coroner(server: &str, ca: Option<&std::path::Path>, args: &[&str]) -> Output 
 }
 
 #[test]
-fn grpc_over_tls_with_a_trusted_self_signed_certificate() {
+fn grpc_and_http_over_tls_with_a_trusted_self_signed_certificate() {
     let t = start();
     let https = format!("https://127.0.0.1:{}", t.port);
     let ok = coroner(&https, Some(&t.ca), &["jobs"]);
     assert!(ok.status.success(), "jobs over TLS: {}", String::from_utf8_lossy(&ok.stderr));
     assert!(!coroner(&https, None, &["jobs"]).status.success(), "an untrusted certificate was accepted");
     assert!(!coroner(&format!("http://127.0.0.1:{}", t.port), None, &["jobs"]).status.success(), "plain HTTP/2 reached the TLS port");
+
+    let page = https_get(t.http_port, &t.ca, "/api/jobs");
+    assert!(page.starts_with("HTTP/1.0 200") && page.contains("\r\n\r\n["), "HTTPS /api/jobs: {page}");
+    assert!(!plain_get(t.http_port, "/healthz").contains(" 200 "), "plain HTTP reached the HTTPS port");
 
     let spool = tempfile::tempdir().expect("tempdir");
     let status = Command::new(binary("coroner-agent"))

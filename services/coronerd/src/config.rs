@@ -66,7 +66,7 @@ pub struct Config {
     /// Serve without tokens on a non-loopback address (anyone who reaches the port can write and read).
     #[arg(long, env = "CORONER_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
-    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key. HTTP stays plain.
+    /// Serve gRPC and HTTP over TLS with this certificate chain (PEM); needs --tls-key.
     #[arg(long, env = "CORONER_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// The private key (PEM) of --tls-cert.
@@ -164,7 +164,9 @@ impl Config {
                 grpc_address: self.advertise_grpc.clone().unwrap_or_else(|| {
                     format!("{}://{grpc}", if self.tls_cert.is_some() { "https" } else { "http" })
                 }),
-                http_address: self.advertise_http.clone().unwrap_or_else(|| format!("http://{http}")),
+                http_address: self.advertise_http.clone().unwrap_or_else(|| {
+                    format!("{}://{http}", if self.tls_cert.is_some() { "https" } else { "http" })
+                }),
             },
             ttl: self.lease_ttl.max(std::time::Duration::from_millis(300)),
         }

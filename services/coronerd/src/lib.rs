@@ -21,6 +21,7 @@ mod proxy;
 mod query;
 mod retention;
 mod snapshots;
+mod tls;
 mod views;
 
 use anyhow::Context;
@@ -50,6 +51,10 @@ pub async fn start(
 ) -> anyhow::Result<(impl std::future::Future<Output = anyhow::Result<()>>, Bound)> {
     let tokens = Arc::new(config.tokens()?);
     let grpc_tls = config.grpc_tls()?;
+    let http_tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::server_config(cert, key)?),
+        _ => None,
+    };
     // Proxied queries to other instances trust this CA for their https:// addresses.
     if let Some(ca) = &config.tls_ca {
         std::fs::metadata(ca).with_context(|| format!("the TLS CA file {} (--tls-ca)", ca.display()))?;
@@ -127,7 +132,15 @@ pub async fn start(
     let http_shutdown = shutdown.clone();
     let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone())
         .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
-    let http = axum::serve(http_listener, app).with_graceful_shutdown(async move { http_shutdown.cancelled().await });
+    let http: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> = match http_tls {
+        None => Box::pin(std::future::IntoFuture::into_future(
+            axum::serve(http_listener, app).with_graceful_shutdown(async move { http_shutdown.cancelled().await }),
+        )),
+        Some(tls) => Box::pin(std::future::IntoFuture::into_future(
+            axum::serve(tls::TlsListener::new(http_listener, tls)?, app)
+                .with_graceful_shutdown(async move { http_shutdown.cancelled().await }),
+        )),
+    };
 
     let server = async move {
         let (g, h) = tokio::join!(grpc, http);
