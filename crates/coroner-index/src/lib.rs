@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use tantivy::directory::error::LockError;
 use tantivy::directory::MmapDirectory;
+use tantivy::indexer::UserOperation;
 use tantivy::query::{AllQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
 use tantivy::{
@@ -31,6 +32,8 @@ use tantivy::{
 
 /// The writer's memory budget, shared by its indexing threads.
 const WRITER_HEAP_BYTES: usize = 50_000_000;
+/// Documents handed to the indexing threads at once (small next to a thread's memory budget).
+const ADD_BATCH: usize = 256;
 /// How many lines `for_each_line` holds in memory at once.
 const REPLAY_CHUNK: usize = 8192;
 
@@ -139,9 +142,16 @@ impl JobIndex {
     /// [`JobIndex::add`] for borrowed lines.
     pub fn add_refs<'a>(&self, lines: impl IntoIterator<Item = LineRef<'a>>) -> Result<(), IndexError> {
         let writer = self.writer()?;
+        // Documents go to the indexing threads in batches: one channel message and at most one
+        // wake-up per batch instead of per line.
+        let mut batch = Vec::with_capacity(ADD_BATCH);
         for line in lines {
-            writer.add_document(to_document(&self.fields, line))?;
+            batch.push(UserOperation::Add(to_document(&self.fields, line)));
+            if batch.len() == ADD_BATCH {
+                writer.run(std::mem::replace(&mut batch, Vec::with_capacity(ADD_BATCH)))?;
+            }
         }
+        writer.run(batch)?;
         Ok(())
     }
 
