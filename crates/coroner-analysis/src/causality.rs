@@ -23,7 +23,7 @@ pub struct Edge {
 impl Edge {
     /// The least `off_to - off_from` consistent with the edge.
     pub fn min_relative_offset(&self) -> i64 {
-        self.before - self.after
+        self.before.saturating_sub(self.after)
     }
 }
 

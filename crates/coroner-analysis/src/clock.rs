@@ -88,24 +88,24 @@ fn apply_edges(edges: &[crate::causality::Edge], estimates: &mut BTreeMap<Rank, 
     for edge in edges {
         let from = estimates.get(&edge.from).cloned().unwrap_or_else(unknown);
         let to = estimates.get(&edge.to).cloned().unwrap_or_else(unknown);
-        let slack = (to.offset_ns - from.offset_ns) - edge.min_relative_offset();
+        let slack = to.offset_ns.saturating_sub(from.offset_ns).saturating_sub(edge.min_relative_offset());
         if slack >= 0 {
             continue;
         }
         let from_known = from.uncertainty_ns < UNKNOWN_UNCERTAINTY_NS;
         let to_known = to.uncertainty_ns < UNKNOWN_UNCERTAINTY_NS;
-        if from_known && to_known && -slack <= from.uncertainty_ns.saturating_add(to.uncertainty_ns) {
+        if from_known && to_known && slack.saturating_neg() <= from.uncertainty_ns.saturating_add(to.uncertainty_ns) {
             continue; // within what the estimates already admit
         }
         // Move the less certain side.
         let (rank, mut est, shift) = if to.uncertainty_ns >= from.uncertainty_ns {
-            (edge.to, to, -slack)
+            (edge.to, to, slack.saturating_neg())
         } else {
             (edge.from, from, slack)
         };
-        est.offset_ns += shift;
+        est.offset_ns = est.offset_ns.saturating_add(shift);
         if est.uncertainty_ns < UNKNOWN_UNCERTAINTY_NS {
-            est.uncertainty_ns = est.uncertainty_ns.saturating_add(shift.abs());
+            est.uncertainty_ns = est.uncertainty_ns.saturating_add(shift.saturating_abs());
             est.source = format!("{}+causality", est.source.trim_end_matches("+causality"));
         } else {
             est.source = "causality".to_string();
@@ -118,14 +118,14 @@ fn apply_edges(edges: &[crate::causality::Edge], estimates: &mut BTreeMap<Rank, 
 /// 50% (plus 1 ms) of the best one.
 pub fn from_samples(samples: &[ClockSample]) -> Option<ClockEstimate> {
     let min_rtt = samples.iter().map(ClockSample::round_trip_ns).min()?;
-    let limit = min_rtt + min_rtt / 2 + 1_000_000;
+    let limit = min_rtt.saturating_add(min_rtt / 2).saturating_add(1_000_000);
     let mut good: Vec<&ClockSample> = samples.iter().filter(|s| s.round_trip_ns() <= limit).collect();
     good.sort_by_key(|s| s.offset_ns());
     let mid = good[good.len() / 2];
-    let spread = good.iter().map(|s| (s.offset_ns() - mid.offset_ns()).abs()).max().unwrap_or(0);
+    let spread = good.iter().map(|s| s.offset_ns().saturating_sub(mid.offset_ns()).saturating_abs()).max().unwrap_or(0);
     Some(ClockEstimate {
         offset_ns: mid.offset_ns(),
-        uncertainty_ns: mid.round_trip_ns() / 2 + spread,
+        uncertainty_ns: (mid.round_trip_ns() / 2).saturating_add(spread),
         source: "ntp".to_string(),
     })
 }
@@ -170,7 +170,7 @@ fn from_steps(
         }
         diffs.sort_unstable();
         let median = diffs[diffs.len() / 2];
-        let spread = diffs.iter().map(|d| (d - median).abs()).max().unwrap_or(0);
+        let spread = diffs.iter().map(|d| d.saturating_sub(median).saturating_abs()).max().unwrap_or(0);
         // One shared step says little about the spread: widen the bound.
         let floor = if diffs.len() >= 3 { STEP_SKEW_FLOOR_NS } else { 10 * STEP_SKEW_FLOOR_NS };
         let uncertainty = if *rank == reference { ref_est.uncertainty_ns } else {
@@ -179,7 +179,7 @@ fn from_steps(
         out.insert(
             *rank,
             ClockEstimate {
-                offset_ns: median + ref_est.offset_ns,
+                offset_ns: median.saturating_add(ref_est.offset_ns),
                 uncertainty_ns: uncertainty,
                 source: if *rank == reference { ref_est.source.clone() } else { "steps".to_string() },
             },
@@ -196,7 +196,7 @@ fn shared_step_diffs(reference: &[(u64, Nanos)], rank: &[(u64, Nanos)]) -> Vec<i
             std::cmp::Ordering::Less => i += 1,
             std::cmp::Ordering::Greater => j += 1,
             std::cmp::Ordering::Equal => {
-                out.push(reference[i].1 - rank[j].1);
+                out.push(reference[i].1.saturating_sub(rank[j].1));
                 i += 1;
                 j += 1;
             }
@@ -303,5 +303,33 @@ mod tests {
         assert!((e.offset_ns - 5_000).abs() <= 1_000, "{e:?}");
         assert!(e.uncertainty_ns < 1_000_000);
         let _ = RankEvidence::default();
+    }
+
+    /// Found by fuzzing the ingest messages: clock probes and capture times from the wire at the
+    /// ends of the range overflowed the sample fit, the step medians and the causal shifts (a
+    /// panic in debug builds, wrapped offsets in release).
+    #[test]
+    fn extreme_times_saturate_instead_of_overflowing() {
+        let mut ev = JobEvidence::default();
+        let probe = |rank: u32, t1: i64, t2: i64, t3: i64, t4: i64| ClockSample {
+            rank: Rank(rank), t1_agent_send: t1, t2_server_recv: t2, t3_server_send: t3, t4_agent_recv: t4,
+        };
+        ev.clock_samples = vec![
+            probe(0, i64::MIN, i64::MAX, i64::MAX, i64::MIN),
+            probe(0, 0, 1, 1, i64::MAX),
+            probe(1, i64::MAX, i64::MIN, i64::MIN, i64::MAX),
+        ];
+        for s in 0..3u64 {
+            ev.rank_mut(Rank(0)).push(step(0, s, i64::MIN + s as i64));
+            ev.rank_mut(Rank(1)).push(step(1, s, i64::MAX - s as i64));
+        }
+        let watchdog = EventKind::WatchdogTimeout { pg: None, seq: coroner_model::SeqNo(1), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None };
+        let signal = EventKind::DumpSignal { pg: None, detector: Some(Rank(0)), last_enqueued: None, last_completed: None };
+        ev.rank_mut(Rank(0)).events.push(Event { kind: watchdog, capture_ns: i64::MAX, ..step(0, 9, 0) });
+        ev.rank_mut(Rank(1)).events.push(Event { kind: signal, capture_ns: i64::MIN, ..step(1, 9, 0) });
+        let model = align(&ev);
+        assert_eq!(model.estimate(Rank(0)).offset_ns, i64::MAX);
+        assert!(model.estimate(Rank(1)).uncertainty_ns > 0);
+        assert_eq!(model.aligned(Some(Rank(0)), i64::MAX), i64::MAX);
     }
 }
