@@ -172,7 +172,8 @@ impl FlightRecord {
                 _ => {}
             }
             if e.state != "completed" && p.pending.as_ref().is_none_or(|(ps, ..)| s < *ps) {
-                let numel = e.input_sizes.first().map(|d| d.iter().map(|x| u64::try_from(*x).unwrap_or(0)).product());
+                // Sizes come from the file: the product saturates rather than overflow.
+                let numel = e.input_sizes.first().map(|d| d.iter().map(|x| u64::try_from(*x).unwrap_or(0)).fold(1, u64::saturating_mul));
                 p.pending = Some((s, e.op(), e.state.clone(), numel));
             }
             by_pg.insert(e.pg_name.clone(), p);
@@ -246,6 +247,16 @@ mod tests {
         for cut in 0..R0.len() {
             assert!(parse(&R0[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    /// Found while writing the snapshot fuzz target: a pending entry whose input sizes multiply
+    /// past u64 panicked with an overflow (debug builds).
+    #[test]
+    fn huge_input_sizes_saturate_the_element_count() {
+        let mut r0 = parse(R0).unwrap();
+        let pending = r0.entries.iter_mut().find(|e| e.state != "completed").unwrap();
+        pending.input_sizes = vec![vec![1 << 40, 1 << 40]];
+        assert_eq!(r0.progress()[0].pending.as_ref().unwrap().3, Some(u64::MAX));
     }
 
     #[test]

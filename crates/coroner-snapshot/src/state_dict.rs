@@ -125,7 +125,8 @@ fn data_pkl(bytes: &[u8]) -> Result<Vec<u8>, SnapshotError> {
 
 impl StateDict {
     pub fn highlights(&self) -> Vec<String> {
-        let total: i64 = self.tensors.iter().map(|t| t.shape.iter().product::<i64>()).sum();
+        // Shapes come from the file: products and sum saturate rather than overflow.
+        let total = self.tensors.iter().map(|t| t.shape.iter().fold(1i64, |n, d| n.saturating_mul(*d))).fold(0i64, i64::saturating_add);
         let mut head = format!("state_dict: {} tensors, {} elements", self.tensors.len(), total);
         let shown: Vec<String> = self.tensors.iter().take(6).map(|t| format!("{} {:?} {}", t.name, t.shape, t.dtype).replace(", ", ",")).collect();
         if !shown.is_empty() {
@@ -162,6 +163,15 @@ mod tests {
         ]);
         assert_eq!(sd.tensors[0].device, "cuda:1");
         assert_eq!(sd.highlights()[0], "state_dict: 4 tensors, 1153 elements: 0.weight [64,16] float32; 0.bias [64] float32; 2.weight [1,64] float32; 2.bias [1] float32");
+    }
+
+    /// Found while writing the snapshot fuzz target: shapes whose element count passes i64
+    /// panicked with an overflow (debug builds).
+    #[test]
+    fn huge_shapes_saturate_the_element_count() {
+        let t = |shape: Vec<i64>| TensorInfo { name: "w".into(), shape, dtype: "float32".into(), device: "cpu".into() };
+        let sd = StateDict { tensors: vec![t(vec![1 << 40, 1 << 40]), t(vec![i64::MAX]), t(vec![-1, i64::MIN])], other_keys: Vec::new() };
+        assert!(sd.highlights()[0].starts_with(&format!("state_dict: 3 tensors, {} elements", i64::MAX)), "{:?}", sd.highlights());
     }
 
     #[test]
