@@ -63,9 +63,17 @@ impl Value {
     }
 }
 
-/// How deep and how large the decoded tree may get.
+/// How deep and how large the decoded tree may get: values, and bytes of text and data in them
+/// (a memo reference repeats a string without repeating its bytes in the file).
 const MAX_DEPTH: usize = 200;
 const MAX_NODES: usize = 5_000_000;
+const MAX_BYTES: usize = 64 << 20;
+
+/// What is left of the tree's size bounds while it is built.
+struct Budget {
+    nodes: usize,
+    bytes: usize,
+}
 
 #[derive(Debug, Clone)]
 enum Node {
@@ -101,7 +109,7 @@ fn err(msg: impl Into<String>) -> SnapshotError {
 pub fn parse(data: &[u8]) -> Result<Value, SnapshotError> {
     let mut m = Machine { data, pos: 0, arena: Vec::new(), stack: Vec::new(), memo: Default::default() };
     let top = m.run()?;
-    let mut budget = MAX_NODES;
+    let mut budget = Budget { nodes: MAX_NODES, bytes: MAX_BYTES };
     m.tree(top, 0, &mut budget)
 }
 
@@ -320,14 +328,22 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn tree(&self, i: usize, depth: usize, budget: &mut usize) -> Result<Value, SnapshotError> {
+    fn tree(&self, i: usize, depth: usize, budget: &mut Budget) -> Result<Value, SnapshotError> {
         if depth > MAX_DEPTH {
             return Err(err("nested too deeply (or recursive)"));
         }
-        *budget = budget.checked_sub(1).ok_or_else(|| err("expands to too many values"))?;
-        let seq = |v: &[usize], budget: &mut usize| v.iter().map(|c| self.tree(*c, depth + 1, budget)).collect::<Result<Vec<_>, _>>();
+        budget.nodes = budget.nodes.checked_sub(1).ok_or_else(|| err("expands to too many values"))?;
+        let seq = |v: &[usize], budget: &mut Budget| v.iter().map(|c| self.tree(*c, depth + 1, budget)).collect::<Result<Vec<_>, _>>();
         Ok(match &self.arena[i] {
-            Node::Leaf(v) => v.clone(),
+            Node::Leaf(v) => {
+                let size = match v {
+                    Value::Str(x) | Value::Global(x) => x.len(),
+                    Value::Bytes(x) | Value::BigInt(x) => x.len(),
+                    _ => 0,
+                };
+                budget.bytes = budget.bytes.checked_sub(size).ok_or_else(|| err("expands to too many bytes"))?;
+                v.clone()
+            }
             Node::List(v) => Value::List(seq(v, budget)?),
             Node::Tuple(v) => Value::Tuple(seq(v, budget)?),
             Node::Set(v) => Value::Set(seq(v, budget)?),

@@ -85,3 +85,20 @@ fn billion_laughs_is_bounded() {
     let e = parse(&p).unwrap_err().to_string();
     assert!(e.contains("too many values"), "{e}");
 }
+
+/// Found while writing the snapshot fuzz target: the same bomb with a 30 KB string as its leaf
+/// stayed under the value bound and expanded to gigabytes (one copy of the string per leaf).
+#[test]
+fn billion_laughs_of_a_long_string_is_bounded_in_bytes() {
+    let n: u32 = 30_000;
+    let mut p = b"\x80\x02X".to_vec();
+    p.extend_from_slice(&n.to_le_bytes());
+    p.extend(std::iter::repeat_n(b'a', n as usize));
+    p.extend_from_slice(b"q\x00");
+    for i in 0..22u8 {
+        p.extend_from_slice(&[b'(', b'h', i, b'h', i, b'l', b'q', i + 1]);
+    }
+    p.push(b'.');
+    let e = parse(&p).unwrap_err().to_string();
+    assert!(e.contains("too many bytes"), "{e}");
+}
