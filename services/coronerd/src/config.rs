@@ -20,6 +20,10 @@ pub struct Config {
     /// The metadata database; default: SQLite in the data dir. PostgreSQL: postgres://...
     #[arg(long, env = "CORONER_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// MiB of received log batches held, over all agents, before log streams stop reading and
+    /// agents wait (their spools keep the lines): the bound on ingest memory.
+    #[arg(long, env = "CORONER_INGEST_BUFFER_MB", default_value_t = 256)]
+    pub ingest_buffer_mb: u64,
     /// A rules file tried before the shipped rules.
     #[arg(long, env = "CORONER_RULES")]
     pub rules: Option<PathBuf>,
@@ -36,7 +40,9 @@ pub struct Config {
     /// ...and never before this many seconds of silence.
     #[arg(long, env = "CORONER_HANG_FLOOR", default_value = "5", value_parser = parse_seconds)]
     pub hang_floor: std::time::Duration,
-    /// This instance's id among several sharing one PostgreSQL [default: a random id per start].
+    /// This instance's id among several sharing one PostgreSQL [default: `<host name>/<bound gRPC
+    /// address>`: a restart on the same host and port is the same instance and takes its jobs
+    /// back at once, instead of waiting out the leases of its own earlier, dead process].
     #[arg(long, env = "CORONER_INSTANCE_ID")]
     pub instance_id: Option<String>,
     /// The gRPC URL other instances send agents and queries to for the jobs this one owns
@@ -108,6 +114,7 @@ impl Config {
             grpc_addr: "127.0.0.1:0".parse().expect("literal address"),
             http_addr: "127.0.0.1:0".parse().expect("literal address"),
             database_url: None,
+            ingest_buffer_mb: 256,
             rules: None,
             snapshot_cap_bytes: 1 << 30,
             retention: std::time::Duration::ZERO,
@@ -160,7 +167,7 @@ impl Config {
     pub fn instance(&self, grpc: std::net::SocketAddr, http: std::net::SocketAddr) -> crate::ownership::Instance {
         crate::ownership::Instance {
             claimant: coroner_store::Claimant {
-                owner: self.instance_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                owner: self.instance_id.clone().unwrap_or_else(|| default_instance_id(grpc)),
                 grpc_address: self.advertise_grpc.clone().unwrap_or_else(|| {
                     format!("{}://{grpc}", if self.tls_cert.is_some() { "https" } else { "http" })
                 }),
@@ -176,5 +183,20 @@ impl Config {
         self.database_url.clone().unwrap_or_else(|| {
             format!("sqlite://{}?mode=rwc", self.data_dir.join("coroner.db").display())
         })
+    }
+}
+
+/// `<host name>/<gRPC address>`: no two live processes can hold it (the address is bound), and a
+/// process restarted in its predecessor's place gets its predecessor's id. Without a readable host
+/// name, a random id (a restart then waits for its old leases to expire).
+fn default_instance_id(grpc: std::net::SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty());
+    match host {
+        Some(host) => format!("{host}/{grpc}"),
+        None => uuid::Uuid::new_v4().to_string(),
     }
 }

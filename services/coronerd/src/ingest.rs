@@ -6,7 +6,9 @@ use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::snapshots::SnapshotStore;
 
+mod budget;
 mod snapshot_upload;
+pub use budget::{IngestBudget, Reservation};
 use coroner_model::{ClockSample, JobId, ProcessEnd, Rank};
 use coroner_proto::convert::line_from_wire;
 use coroner_proto::v1::{self, ingest_server::Ingest};
@@ -32,12 +34,13 @@ pub struct IngestService {
     jobs: Arc<Jobs>,
     snapshots: Arc<SnapshotStore>,
     metrics: Arc<Metrics>,
+    budget: Arc<IngestBudget>,
     sessions: Mutex<HashMap<String, Session>>,
 }
 
 impl IngestService {
-    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>) -> Self {
-        IngestService { jobs, snapshots, metrics, sessions: Mutex::new(HashMap::new()) }
+    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>, budget: Arc<IngestBudget>) -> Self {
+        IngestService { jobs, snapshots, metrics, budget, sessions: Mutex::new(HashMap::new()) }
     }
 
     fn session(&self, id: &str) -> Result<Session, ServiceError> {
@@ -63,7 +66,8 @@ const IN_FLIGHT: usize = 32;
 
 /// A batch of a `ShipLogs` stream, in the order it arrived.
 enum Submitted {
-    Queued(u64, tokio::sync::oneshot::Receiver<crate::committer::Reply>),
+    /// Queued for commit; its bytes stay reserved in the ingest budget until it is answered.
+    Queued(u64, tokio::sync::oneshot::Receiver<crate::committer::Reply>, Reservation),
     Failed(ServiceError),
 }
 
@@ -139,6 +143,7 @@ impl Ingest for IngestService {
         let sessions: HashMap<String, Session> = self.sessions.lock().map(|s| s.clone()).unwrap_or_default();
         let store = self.jobs.store.clone();
         let metrics = self.metrics.clone();
+        let budget = self.budget.clone();
         metrics.agents_connected.fetch_add(1, Relaxed);
         // Batches are submitted as they arrive (several in flight per stream, so one job's
         // commits group many batches); a second task answers them in order.
@@ -146,8 +151,10 @@ impl Ingest for IngestService {
         tokio::spawn(async move {
             while let Some(submitted) = order_rx.recv().await {
                 let result = match submitted {
-                    Submitted::Queued(batch_id, wait) => {
-                        Job::committed(wait).await.map(|duplicates| v1::BatchAck { batch_id, duplicates })
+                    Submitted::Queued(batch_id, wait, reservation) => {
+                        let answer = Job::committed(wait).await.map(|duplicates| v1::BatchAck { batch_id, duplicates });
+                        drop(reservation);
+                        answer
                     }
                     Submitted::Failed(e) => Err(e),
                 };
@@ -172,8 +179,10 @@ impl Ingest for IngestService {
                 metrics.spool_backlog_bytes.fetch_add(reported - backlog, Relaxed);
                 backlog = reported;
                 let batch_id = batch.batch_id;
+                // No reading further while the server holds as many unanswered bytes as it may.
+                let reservation = budget.reserve(batch_bytes(&batch)).await;
                 let submitted = match submit_batch(&sessions, &store, batch).await {
-                    Ok(wait) => Submitted::Queued(batch_id, wait),
+                    Ok(wait) => Submitted::Queued(batch_id, wait, reservation),
                     Err(e) => Submitted::Failed(e),
                 };
                 let failed = matches!(submitted, Submitted::Failed(_));
@@ -264,6 +273,11 @@ fn describe(exit_code: Option<i32>, signal: Option<i32>) -> String {
         (None, Some(c)) => format!("exit code {c}"),
         _ => "end unknown".into(),
     }
+}
+
+/// What a batch costs in memory once decoded: its line bytes and a fixed overhead per line.
+fn batch_bytes(batch: &v1::LogBatch) -> u64 {
+    batch.lines.iter().map(|l| l.raw.len() as u64 + l.file.len() as u64 + 96).sum()
 }
 
 /// Validates a batch, stores its clock samples and queues its lines for commit.

@@ -86,7 +86,8 @@ pub async fn start(
 
     live::configure(config.hang_step_multiple, config.hang_floor);
     let liveness = live::LivenessService::new(jobs.clone());
-    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone());
+    let budget = Arc::new(ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone()));
+    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget);
     let query = query::QueryService::new(jobs.clone(), snapshot_store.clone());
     let otlp = otlp::OtlpLogs::new(jobs.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -98,7 +99,12 @@ pub async fn start(
         .context("build the reflection service")?;
 
     let grpc_shutdown = shutdown.clone();
-    let mut grpc_builder = tonic::transport::Server::builder();
+    // Pings find agents whose network died without closing the connection (a host that lost
+    // power, a partition), so their streams and reserved batches are released.
+    let mut grpc_builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+        .tcp_keepalive(Some(std::time::Duration::from_secs(60)));
     if let Some(tls) = grpc_tls {
         grpc_builder = grpc_builder.tls_config(tls).context("the gRPC TLS certificate and key (--tls-cert, --tls-key)")?;
     }

@@ -50,6 +50,11 @@ pub struct Metrics {
     pub agents_connected: AtomicI64,
     /// Sum over connected agents of the spool bytes they last reported as not yet acknowledged.
     pub spool_backlog_bytes: AtomicI64,
+    /// Bytes of received batches not yet answered, held against the ingest budget.
+    pub ingest_buffered_bytes: AtomicI64,
+    pub ingest_budget_bytes: AtomicU64,
+    /// Batches that waited for room in the ingest budget (backpressure applied).
+    pub ingest_budget_waits: AtomicU64,
     pub commits: AtomicU64,
     pub commit_latency: Histogram,
     pub reports: AtomicU64,
@@ -82,6 +87,9 @@ impl Metrics {
         one("coroner_ingest_duplicate_lines_total", "Redelivered lines dropped as duplicates.", "counter", self.duplicate_lines.load(Relaxed).to_string());
         one("coroner_ingest_batches_total", "Log batches acknowledged.", "counter", self.batches.load(Relaxed).to_string());
         one("coroner_ingest_agents_connected", "Agents with an open log stream.", "gauge", self.agents_connected.load(Relaxed).to_string());
+        one("coroner_ingest_buffered_bytes", "Bytes of received log batches not yet committed and acknowledged.", "gauge", self.ingest_buffered_bytes.load(Relaxed).max(0).to_string());
+        one("coroner_ingest_budget_bytes", "The most bytes of log batches held before streams stop reading (--ingest-buffer-mb).", "gauge", self.ingest_budget_bytes.load(Relaxed).to_string());
+        one("coroner_ingest_budget_waits_total", "Log batches that waited for room in the ingest budget (backpressure).", "counter", self.ingest_budget_waits.load(Relaxed).to_string());
         one("coroner_agent_spool_backlog_bytes", "Spool bytes connected agents hold unacknowledged, as they last reported.", "gauge", self.spool_backlog_bytes.load(Relaxed).max(0).to_string());
         one("coroner_agent_dropped_lines_total", "Lines agents reported dropping (spool full).", "counter", self.dropped_lines_reported.load(Relaxed).to_string());
         one("coroner_otlp_log_records_total", "OTLP log records accepted.", "counter", self.otlp_records.load(Relaxed).to_string());
