@@ -4,9 +4,13 @@
 //! on synthetic 1,024- and 16,384-rank jobs, search latency, and index size per raw byte.
 //!
 //! See docs/PERFORMANCE.md for the figures on the reference machine and what limits each.
+//!
+//! `coroner-bench load ...`: the load and fault generator (simulated agents, a real coronerd
+//! killed and restarted, cut networks; lines lost and duplicated), see [`load`] and docs/LOAD.md.
 
 mod agent;
 mod ingest;
+mod load;
 mod parse;
 mod report;
 mod search;
@@ -34,6 +38,15 @@ struct Cli {
     /// Run only these sections (parse, report, search, ingest, agent); for profiling.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Simulated agents against a real coronerd that is killed and restarted mid-stream, with
+    /// some agents' network cut; prints lines sent, indexed, duplicated and lost.
+    Load(load::LoadArgs),
 }
 
 /// How much of everything one run does.
@@ -100,6 +113,9 @@ struct Row {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Some(Command::Load(args)) = cli.command {
+        return load::main(args);
+    }
     let sizes = if cli.smoke {
         Sizes::smoke()
     } else if cli.quick {

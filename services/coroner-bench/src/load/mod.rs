@@ -1,0 +1,303 @@
+//! `coroner-bench load`: N simulated agents ship to a real `coronerd` process over loopback
+//! while the server is killed with SIGKILL and restarted, and some agents' network is cut; then
+//! every rank's lines are read back from the server. Prints lines sent, acknowledged, indexed,
+//! duplicated and lost, the sustained rate, acknowledgement latency and the server's memory.
+//!
+//! Faults are scheduled by progress, not by time, so the same run means the same thing on a fast
+//! and a slow machine: `--kill-at 0.3,0.6` kills the server when 30 % and 60 % of all lines are
+//! acknowledged; `--cut N --cut-at 0.5 --cut-for 5` silences N agents' connections for 5 s.
+
+mod agent;
+mod lines;
+mod partition;
+mod server;
+mod verify;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Simulated agents (ranks of one job).
+    #[arg(long, default_value_t = 64)]
+    pub agents: u32,
+    /// Lines each agent ships.
+    #[arg(long, default_value_t = 4000)]
+    pub lines: u64,
+    /// Lines per second each agent's process prints; 0: every line waits at the start and the
+    /// agents send as fast as the server acknowledges (the sustained rate is then the server's).
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// Lines per batch (the real agent's default).
+    #[arg(long, default_value_t = 1000)]
+    pub batch_lines: usize,
+    /// Kill the server with SIGKILL when these fractions of all lines are acknowledged, and start
+    /// it again in place after --down seconds.
+    #[arg(long, value_delimiter = ',')]
+    pub kill_at: Vec<f64>,
+    /// Seconds the killed server stays down.
+    #[arg(long, default_value_t = 1.0)]
+    pub down: f64,
+    /// Agents whose network is cut (packets vanish; nothing is closed) once, at --cut-at.
+    #[arg(long, default_value_t = 0)]
+    pub cut: u32,
+    #[arg(long, default_value_t = 0.5)]
+    pub cut_at: f64,
+    /// Seconds the cut lasts; then every connection it held is reset. Longer than about 25 s,
+    /// the agents' keepalive notices the silence first.
+    #[arg(long, default_value_t = 5.0)]
+    pub cut_for: f64,
+    /// The server binary [default: coronerd beside this one, or $CORONERD].
+    #[arg(long)]
+    pub coronerd: Option<std::path::PathBuf>,
+    /// Use this PostgreSQL database instead of the embedded SQLite.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Give up (and report what was lost) after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout: f64,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the run's folder (the server's data and its log, coronerd.log) and print where it is.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LoadFigures {
+    pub agents: u32,
+    pub lines_per_agent: u64,
+    /// Distinct lines the agents had to deliver.
+    pub lines_sent: u64,
+    /// Line transmissions, resends included.
+    pub lines_transmitted: u64,
+    pub lines_resent: u64,
+    /// Lines acknowledged, by an ack or by the server's `resume_from` on a new session.
+    pub lines_acknowledged: u64,
+    pub lines_skipped_on_resume: u64,
+    pub lines_indexed: u64,
+    pub sql_lines: u64,
+    pub duplicates: u64,
+    pub lost: u64,
+    pub never_sent_but_held: u64,
+    pub server_reported_duplicates: u64,
+    pub server_kills: u32,
+    pub server_restart_s: Vec<f64>,
+    pub agents_cut: u32,
+    pub sessions: u64,
+    pub exits_reported: u32,
+    pub wall_s: f64,
+    pub sustained_lines_per_s: f64,
+    pub ack_p50_ms: f64,
+    pub ack_p99_ms: f64,
+    pub ack_max_ms: f64,
+    pub server_rss_peak_mb: f64,
+    pub server_rss_end_mb: f64,
+    pub problems: Vec<String>,
+}
+
+impl LoadFigures {
+    /// Nothing lost, nothing duplicated, every line acknowledged and held, every exit reported.
+    pub fn clean(&self) -> bool {
+        self.lost == 0
+            && self.duplicates == 0
+            && self.never_sent_but_held == 0
+            && self.lines_acknowledged == self.lines_sent
+            && self.lines_indexed == self.lines_sent
+            && self.exits_reported == self.agents
+            && self.problems.is_empty()
+    }
+}
+
+pub fn main(args: LoadArgs) -> Result<()> {
+    if args.agents == 0 || args.lines == 0 {
+        bail!("--agents and --lines must be at least 1");
+    }
+    if args.kill_at.iter().chain([&args.cut_at]).any(|f| !(0.0..1.0).contains(f)) {
+        bail!("--kill-at and --cut-at are fractions of all lines, in [0, 1)");
+    }
+    let rt = tokio::runtime::Runtime::new().context("start the runtime")?;
+    let figures = rt.block_on(run(&args))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        print(&figures);
+    }
+    if !figures.clean() {
+        bail!("lines were lost or duplicated (see above)");
+    }
+    Ok(())
+}
+
+pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
+    let bin = args
+        .coronerd
+        .clone()
+        .or_else(server::coronerd_binary)
+        .context("coronerd is not built beside coroner-bench (cargo build --release -p coronerd) and --coronerd was not given")?;
+    let tmp = tempfile::Builder::new().prefix("coroner-load").tempdir().context("create the run's folder")?;
+    let mut server = server::ServerProcess::new(bin, tmp.path(), args.database_url.clone(), vec![])?;
+    server.start().await.context("start coronerd")?;
+
+    let job = format!("load-{}", std::process::id() as u64 * 1000 + (chrono_like_ms() % 1000));
+    let total = u64::from(args.agents) * args.lines;
+    let acked_total = Arc::new(AtomicU64::new(0));
+    let partition = if args.cut > 0 { Some(partition::Partition::start(server.grpc).await.context("start the partition relay")?) } else { None };
+    let give_up = Instant::now() + Duration::from_secs_f64(args.timeout);
+    let cut_every = if args.cut > 0 { (args.agents / args.cut).max(1) } else { u32::MAX };
+    let mut tasks = Vec::new();
+    let mut cut_agents = 0;
+    for rank in 0..args.agents {
+        let behind_partition = partition.is_some() && rank % cut_every == 0 && cut_agents < args.cut;
+        cut_agents += u32::from(behind_partition);
+        let plan = agent::Plan {
+            job: job.clone(),
+            rank,
+            world: args.agents,
+            lines: args.lines,
+            rate: args.rate,
+            batch_lines: args.batch_lines.max(1),
+            url: match (&partition, behind_partition) {
+                (Some(p), true) => p.url(),
+                _ => server.url(),
+            },
+        };
+        tasks.push(tokio::spawn(agent::run(plan, acked_total.clone(), give_up)));
+    }
+    let started = Instant::now();
+
+    // The fault schedule, by progress.
+    let mut kills = args.kill_at.clone();
+    kills.sort_by(f64::total_cmp);
+    let mut kills = kills.into_iter().peekable();
+    let mut cut_pending = partition.is_some();
+    let mut restart_s = Vec::new();
+    let mut problems = Vec::new();
+    while tasks.iter().any(|t| !t.is_finished()) {
+        let done = acked_total.load(Relaxed) as f64 / total as f64;
+        if kills.peek().is_some_and(|&f| done >= f) {
+            kills.next();
+            server.kill9()?;
+            tokio::time::sleep(Duration::from_secs_f64(args.down)).await;
+            match server.start().await {
+                Ok(took) => restart_s.push(round(took.as_secs_f64())),
+                Err(e) => {
+                    problems.push(format!("the server did not come back: {e:#}"));
+                    break;
+                }
+            }
+        }
+        if cut_pending && done >= args.cut_at {
+            cut_pending = false;
+            let p = partition.clone().expect("a partition when cutting");
+            let heal_after = Duration::from_secs_f64(args.cut_for);
+            p.cut();
+            tokio::spawn(async move {
+                tokio::time::sleep(heal_after).await;
+                p.heal();
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut tallies = Vec::new();
+    for t in tasks {
+        tallies.push(t.await.context("join an agent")?);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let held = verify::check(&server.url(), &job, args.agents, args.lines).await?;
+    let rss_peak = server.memory().peak_mb();
+    let rss_end = server.memory().last_mb();
+    server.stop();
+    if args.keep {
+        eprintln!("coroner-bench load: the run's folder is kept at {}", tmp.keep().display());
+    }
+
+    let mut latencies: Vec<u32> = tallies.iter().flat_map(|t| t.latencies_us.iter().copied()).collect();
+    latencies.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+        round(latencies[i] as f64 / 1000.0)
+    };
+    let first = tallies.iter().filter_map(|t| t.first_send).min();
+    let last = tallies.iter().filter_map(|t| t.last_ack).max();
+    let acked: u64 = tallies.iter().map(|t| t.acked).sum();
+    let span = match (first, last) {
+        (Some(a), Some(b)) if b > a => b.duration_since(a).as_secs_f64(),
+        _ => wall,
+    };
+    for t in &tallies {
+        if t.acked < args.lines || !t.exit_reported {
+            if let Some(e) = &t.last_error {
+                if problems.len() < 8 {
+                    problems.push(e.clone());
+                }
+            }
+        }
+    }
+    problems.extend(held.bad_ranks.iter().cloned());
+    Ok(LoadFigures {
+        agents: args.agents,
+        lines_per_agent: args.lines,
+        lines_sent: total,
+        lines_transmitted: tallies.iter().map(|t| t.transmitted).sum(),
+        lines_resent: tallies.iter().map(|t| t.resent).sum(),
+        lines_acknowledged: acked,
+        lines_skipped_on_resume: tallies.iter().map(|t| t.skipped_on_resume).sum(),
+        lines_indexed: held.indexed,
+        sql_lines: held.sql_lines,
+        duplicates: held.duplicated,
+        lost: held.lost,
+        never_sent_but_held: held.unexpected,
+        server_reported_duplicates: tallies.iter().map(|t| t.server_duplicates).sum(),
+        server_kills: server.starts().saturating_sub(1),
+        server_restart_s: restart_s,
+        agents_cut: cut_agents,
+        sessions: tallies.iter().map(|t| u64::from(t.sessions)).sum(),
+        exits_reported: tallies.iter().filter(|t| t.exit_reported).count() as u32,
+        wall_s: round(wall),
+        sustained_lines_per_s: (acked as f64 / span).round(),
+        ack_p50_ms: pct(0.50),
+        ack_p99_ms: pct(0.99),
+        ack_max_ms: pct(1.0),
+        server_rss_peak_mb: round(rss_peak),
+        server_rss_end_mb: round(rss_end),
+        problems,
+    })
+}
+
+fn chrono_like_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn print(f: &LoadFigures) {
+    println!("agents                 {} x {} lines ({} cut off, server killed {} times)", f.agents, f.lines_per_agent, f.agents_cut, f.server_kills);
+    println!("lines sent             {}", f.lines_sent);
+    println!("lines acknowledged     {} ({} by resume_from after a crash)", f.lines_acknowledged, f.lines_skipped_on_resume);
+    println!("lines transmitted      {} ({} resent)", f.lines_transmitted, f.lines_resent);
+    println!("lines indexed          {} (SQL count {})", f.lines_indexed, f.sql_lines);
+    println!("duplicates             {} (the server dropped {} redelivered lines)", f.duplicates, f.server_reported_duplicates);
+    println!("lost                   {}", f.lost);
+    println!("sustained              {:.0} lines/s over {:.1} s", f.sustained_lines_per_s, f.wall_s);
+    println!("ack latency            p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms", f.ack_p50_ms, f.ack_p99_ms, f.ack_max_ms);
+    println!("server memory          peak {:.1} MB, at the end {:.1} MB", f.server_rss_peak_mb, f.server_rss_end_mb);
+    if !f.server_restart_s.is_empty() {
+        println!("server restarts        {:?} s until it answered", f.server_restart_s);
+    }
+    println!("sessions               {} ({} exits reported)", f.sessions, f.exits_reported);
+    for p in &f.problems {
+        println!("PROBLEM                {p}");
+    }
+    println!("{}", if f.clean() { "OK: zero lost, zero duplicated" } else { "FAILED" });
+}

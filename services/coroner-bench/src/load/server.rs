@@ -1,0 +1,206 @@
+//! The server under load: the real `coronerd` binary as a child process on fixed loopback ports
+//! and a data dir that outlive it, so it can be killed with SIGKILL and started again in place.
+//! A sampler thread reads the running process's resident memory every 50 ms.
+
+use anyhow::{bail, Context, Result};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct ServerProcess {
+    bin: PathBuf,
+    data_dir: PathBuf,
+    database_url: Option<String>,
+    extra_args: Vec<String>,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    child: Option<Child>,
+    starts: u32,
+    memory: Arc<MemorySampler>,
+}
+
+/// Resident memory of whichever server process runs now.
+#[derive(Default)]
+pub struct MemorySampler {
+    pid: AtomicU32,
+    peak_kb: AtomicU64,
+    last_kb: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl MemorySampler {
+    fn run(self: Arc<Self>) {
+        while !self.stop.load(Relaxed) {
+            let pid = self.pid.load(Relaxed);
+            if pid != 0 {
+                if let Some(kb) = rss_kb(pid) {
+                    self.last_kb.store(kb, Relaxed);
+                    self.peak_kb.fetch_max(kb, Relaxed);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn peak_mb(&self) -> f64 {
+        self.peak_kb.load(Relaxed) as f64 / 1024.0
+    }
+
+    pub fn last_mb(&self) -> f64 {
+        self.last_kb.load(Relaxed) as f64 / 1024.0
+    }
+}
+
+fn rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `coronerd` beside the running executable, or `$CORONERD`.
+pub fn coronerd_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CORONERD") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors().skip(1).take(2).map(|d| d.join("coronerd")).find(|p| p.is_file())
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").context("find a free loopback port")?;
+    Ok(l.local_addr()?)
+}
+
+impl ServerProcess {
+    pub fn new(bin: PathBuf, data_dir: &Path, database_url: Option<String>, extra_args: Vec<String>) -> Result<ServerProcess> {
+        let memory = Arc::new(MemorySampler::default());
+        let m = memory.clone();
+        std::thread::Builder::new().name("rss-sampler".into()).spawn(move || m.run())?;
+        Ok(ServerProcess {
+            bin,
+            data_dir: data_dir.to_path_buf(),
+            database_url,
+            extra_args,
+            grpc: free_port()?,
+            http: free_port()?,
+            child: None,
+            starts: 0,
+            memory,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    pub fn memory(&self) -> &MemorySampler {
+        &self.memory
+    }
+
+    /// Starts the process and waits until its gRPC port answers (at most 60 s).
+    pub async fn start(&mut self) -> Result<Duration> {
+        let started = Instant::now();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data_dir.join("coronerd.log"))
+            .context("open the server's log file")?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--data-dir")
+            .arg(self.data_dir.join("data"))
+            .arg("--grpc-addr")
+            .arg(self.grpc.to_string())
+            .arg("--http-addr")
+            .arg(self.http.to_string())
+            .args(&self.extra_args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if let Some(url) = &self.database_url {
+            cmd.arg("--database-url").arg(url);
+        }
+        // A port the killed process held may take a moment to be free again.
+        let deadline = started + Duration::from_secs(60);
+        loop {
+            let mut child = cmd.spawn().with_context(|| format!("start {}", self.bin.display()))?;
+            self.memory.pid.store(child.id(), Relaxed);
+            loop {
+                if let Some(status) = child.try_wait()? {
+                    if Instant::now() > deadline {
+                        bail!("coronerd exited ({status}) at start; see {}", self.data_dir.join("coronerd.log").display());
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    break;
+                }
+                if self.answers().await {
+                    self.child = Some(child);
+                    self.starts += 1;
+                    return Ok(started.elapsed());
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    bail!("coronerd did not answer within 60 s; see {}", self.data_dir.join("coronerd.log").display());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    async fn answers(&self) -> bool {
+        let Ok(endpoint) = coroner_proto::auth::endpoint(&self.url()) else { return false };
+        let Ok(Ok(channel)) = tokio::time::timeout(Duration::from_secs(1), endpoint.connect()).await else { return false };
+        let mut q = coroner_proto::v1::query_client::QueryClient::new(channel);
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), q.list_jobs(coroner_proto::v1::ListJobsRequest::default())).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// SIGKILL: no shutdown, no flush; what was not committed is gone from the server.
+    pub fn kill9(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().context("SIGKILL coronerd")?;
+            child.wait()?;
+            self.memory.pid.store(0, Relaxed);
+        }
+        Ok(())
+    }
+
+    /// How many times it was started.
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+
+    /// Stops it with SIGTERM (a clean end) and waits at most 20 s.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.memory.pid.store(0, Relaxed);
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.memory.stop.store(true, Relaxed);
+    }
+}

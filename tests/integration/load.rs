@@ -1,0 +1,35 @@
+//! The load and fault generator, run small: simulated agents ship to a real coronerd process
+//! that is killed with SIGKILL twice and restarted in place, while two agents' network is cut
+//! (silent, then reset). Every line must come back from the server exactly once.
+
+use coroner_tests::binary;
+use serde_json::Value;
+use std::process::Command;
+
+#[test]
+fn killed_server_and_cut_agents_lose_and_duplicate_nothing() {
+    let out = Command::new(binary("coroner-bench"))
+        .args(["load", "--agents", "6", "--lines", "3000", "--rate", "1000", "--batch-lines", "200"])
+        .args(["--kill-at", "0.25,0.6", "--down", "0.3", "--cut", "2", "--cut-at", "0.4", "--cut-for", "1.5"])
+        .args(["--timeout", "240", "--json"])
+        .env("CORONERD", binary("coronerd"))
+        .output()
+        .expect("run coroner-bench load");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let f: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("no JSON ({e}):\n{stdout}\n{stderr}"));
+    assert!(out.status.success(), "the load run failed:\n{stdout}\n{stderr}");
+    assert_eq!(f["lines_sent"], 18_000);
+    assert_eq!(f["lost"], 0, "{f:#}");
+    assert_eq!(f["duplicates"], 0, "{f:#}");
+    assert_eq!(f["never_sent_but_held"], 0, "{f:#}");
+    assert_eq!(f["lines_indexed"], 18_000, "{f:#}");
+    assert_eq!(f["sql_lines"], 18_000, "the metastore's line count disagrees with the index: {f:#}");
+    assert_eq!(f["lines_acknowledged"], 18_000, "{f:#}");
+    assert_eq!(f["server_kills"], 2, "{f:#}");
+    assert_eq!(f["agents_cut"], 2, "{f:#}");
+    assert_eq!(f["exits_reported"], 6, "{f:#}");
+    // The faults happened mid-stream: agents had to open new sessions and resend.
+    assert!(f["sessions"].as_u64().unwrap() > 6, "no agent reconnected: {f:#}");
+    assert!(f["lines_resent"].as_u64().unwrap() + f["lines_skipped_on_resume"].as_u64().unwrap() > 0, "{f:#}");
+}
