@@ -49,7 +49,7 @@ fn from_events<'a>(rank: Rank, job: &ClassifiedJob<'a>) -> Option<Finding<'a>> {
     let first = roots.iter().min_by_key(|c| c.aligned_ns)?;
     let best = roots
         .iter()
-        .filter(|c| c.aligned_ns - first.aligned_ns <= SAME_FAILURE_WINDOW_NS)
+        .filter(|c| c.aligned_ns.saturating_sub(first.aligned_ns) <= SAME_FAILURE_WINDOW_NS)
         .max_by(|a, b| {
             a.confidence()
                 .partial_cmp(&b.confidence())
@@ -130,5 +130,31 @@ pub fn alive_when_peers_gave_up(
         (Some(death), _) => !clock.surely_before(Some(rank), death, Some(peer), timeout.event.capture_ns),
         (None, Some(last)) => clock.surely_before(Some(peer), timeout.event.capture_ns, Some(rank), last),
         (None, None) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{analyze, JobEvidence, RuleSet};
+    use coroner_model::{Event, EventKind, LineRef, ProcessEnd, Rank, Stream};
+
+    /// Found by fuzzing the ingest messages: two root events of one rank at opposite ends of the
+    /// time range (capture times come from the wire) overflowed the same-failure window.
+    #[test]
+    fn roots_at_the_ends_of_the_time_range_do_not_overflow() {
+        let error = |at: i64, seq: u64| Event {
+            rank: Some(Rank(0)),
+            line: LineRef { stream: Stream::Stderr, seq },
+            capture_ns: at,
+            printed_ns: None,
+            kind: EventKind::Exception { exc_type: "RuntimeError".into(), message: "boom".into(), frames: Vec::new() },
+            text: "RuntimeError: boom".into(),
+        };
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(1), finished: true, ..Default::default() };
+        ev.rank_mut(Rank(0)).push(error(i64::MIN, 0));
+        ev.rank_mut(Rank(0)).push(error(i64::MAX, 1));
+        ev.ends.push(ProcessEnd { rank: Rank(0), exit_code: Some(1), signal: None, at_ns: None });
+        let report = analyze(&ev, &RuleSet::builtin());
+        assert_eq!(report.first_failure.map(|f| f.rank), Some(Some(Rank(0))));
     }
 }

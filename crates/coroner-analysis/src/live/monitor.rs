@@ -130,7 +130,7 @@ impl LiveMonitor {
         if let Some(prev) = r.recent.back() {
             let past_first_step = !r.progress.is_empty();
             if past_first_step && !prev.template.is_empty() && !r.progress.contains_key(&prev.template) {
-                let gap = at - prev.at;
+                let gap = at.saturating_sub(prev.at);
                 if self.pauses.len() < MAX_PAUSES || self.pauses.contains_key(&prev.template) {
                     let e = self.pauses.entry(prev.template.clone()).or_insert(0);
                     *e = (*e).max(gap);
@@ -230,7 +230,7 @@ impl LiveMonitor {
             if activity(v.live) == Activity::Io {
                 continue;
             }
-            let silent = now - v.last_at;
+            let silent = now.saturating_sub(v.last_at);
             let threshold = self.threshold(v);
             if silent <= threshold {
                 continue;
@@ -279,14 +279,14 @@ impl LiveMonitor {
     }
 
     fn stalled(&self, v: &View<'_>, now: Nanos) -> bool {
-        now - v.progress_at >= self.base_threshold(v)
+        now.saturating_sub(v.progress_at) >= self.base_threshold(v)
     }
 
     fn view<'a>(&self, rank: Rank, r: &'a RankLive, template: &str) -> Option<View<'a>> {
         let p = r.progress.get(template)?;
         let &(idx, progress_at, step) = p.seen.back()?;
         let times: Vec<Nanos> = p.seen.iter().map(|(_, t, _)| *t).collect();
-        let mut intervals: Vec<Nanos> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        let mut intervals: Vec<Nanos> = times.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
         let dropped = p.total - p.seen.len() as u64;
         let skip = (self.config.skip_first_steps as u64).saturating_sub(dropped) as usize;
         intervals.drain(..skip.min(intervals.len()));
@@ -336,7 +336,7 @@ impl LiveMonitor {
         passed.sort_unstable();
         // ahead > peers / 2, so this is in range: when the majority of the peers had passed.
         let majority_passed = passed[peers / 2];
-        if at.now - majority_passed <= at.threshold {
+        if at.now.saturating_sub(majority_passed) <= at.threshold {
             return None;
         }
         let summary = format!(
@@ -494,7 +494,7 @@ fn activity(r: &RankLive) -> Activity {
     if t1 <= t0 {
         return Activity::Idle;
     }
-    let secs = (t1 - t0) as f64 / 1e9;
+    let secs = t1.saturating_sub(t0) as f64 / 1e9;
     let rate = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (Some(a), Some(b)) => b.saturating_sub(a) as f64 / secs,
         _ => 0.0,

@@ -248,3 +248,28 @@ fn one_rank_of_two_thousand_stuck_apart_is_found() {
     assert_eq!(found[0].peers_step, Some(5));
 }
 
+
+/// Found by fuzzing the ingest messages: capture times from the wire at the ends of the range
+/// overflowed the step intervals, the silence and the pause arithmetic (a panic in debug builds).
+#[test]
+fn capture_times_at_the_ends_of_the_range_do_not_overflow() {
+    let mut m = LiveMonitor::new(LiveConfig::default());
+    for n in 0..12u64 {
+        let (low, high) = (Nanos::MIN + n as Nanos, Nanos::MAX - 12 + n as Nanos);
+        m.push_line(Rank(0), low, &step_line(0, n));
+        m.push_line(Rank(0), if n % 2 == 0 { high } else { low }, "loading the next shard");
+        m.push_line(Rank(1), if n % 2 == 0 { low } else { high }, &step_line(1, n));
+        for r in 2..5 {
+            m.push_line(Rank(r), low, &step_line(r, n + 1));
+        }
+    }
+    for r in 0..5 {
+        m.push_liveness(Rank(r), Nanos::MIN, Some(0), Some(0), None);
+        m.push_liveness(Rank(r), Nanos::MAX, Some(1), Some(1), None);
+    }
+    for now in [Nanos::MIN, 0, Nanos::MAX] {
+        for f in m.evaluate(now) {
+            assert!(f.silent_ms >= f.threshold_ms, "{f:?}");
+        }
+    }
+}
