@@ -62,6 +62,11 @@ impl std::str::FromStr for JobId {
 #[serde(transparent)]
 pub struct Rank(pub u32);
 
+/// The largest world size taken as stated (about a million ranks, far past any job today): the
+/// analysis goes over every rank below the world size, so a corrupt or hostile one (four
+/// billion) must not be believed.
+pub const MAX_WORLD_SIZE: u32 = 1 << 20;
+
 impl fmt::Display for Rank {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

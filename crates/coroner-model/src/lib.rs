@@ -22,11 +22,11 @@ pub use event::{
     CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef,
 };
 pub use gpu::{GpuSample, GPU_QUERY_FIELDS, GPU_SAMPLE_PREFIX};
-pub use ids::{HostId, JobId, PgId, Rank, SeqNo};
+pub use ids::{HostId, JobId, PgId, Rank, SeqNo, MAX_WORLD_SIZE};
 pub use incident::{
     FailureSignature, HostCount, JobHosts, PastIncident, RecordedFailure, SimilarIncidents, Suspect,
 };
-pub use line::{LogLine, Stream};
+pub use line::{cap_line, truncation_marker, LogLine, Stream, MARKER_SLACK, MAX_LINE_BYTES};
 pub use live::SuspectedHang;
 pub use process::{ProcessEnd, ProcessEndCause};
 pub use report::{

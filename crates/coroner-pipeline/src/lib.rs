@@ -73,7 +73,13 @@ impl JobPipeline {
         self.live_findings = findings;
     }
 
+    /// The job's world size (the largest one stated). One beyond [`coroner_model::MAX_WORLD_SIZE`]
+    /// is not believed: it becomes a note.
     pub fn set_world_size(&mut self, n: u32) {
+        if n > coroner_model::MAX_WORLD_SIZE {
+            self.add_note(format!("a world size of {n} was ignored: beyond the largest believed ({})", coroner_model::MAX_WORLD_SIZE));
+            return;
+        }
         self.evidence.world_size = Some(self.evidence.world_size.map_or(n, |w| w.max(n)));
     }
 
@@ -173,8 +179,12 @@ impl JobPipeline {
         }
     }
 
+    /// A note for the report; the same note twice is kept once.
     pub fn add_note(&mut self, note: impl Into<String>) {
-        self.evidence.notes.push(note.into());
+        let note = note.into();
+        if !self.evidence.notes.contains(&note) {
+            self.evidence.notes.push(note);
+        }
     }
 
     /// No more evidence will come (an offline bundle, or every agent reported its end).

@@ -32,14 +32,18 @@ pub fn stream_from_wire(value: i32, seq: u64) -> Result<Stream, WireError> {
 
 /// A wire line as a model line. `session_rank` is the rank the session speaks for; a line that
 /// names its own rank (a launcher agent's worker line) keeps that one.
+/// A line as the server keeps it: a line longer than [`coroner_model::MAX_LINE_BYTES`] is cut
+/// there with a marker (`coroner_model::cap_line`), whoever sent it.
 pub fn line_from_wire(line: v1::LogLine, session_rank: Option<Rank>) -> Result<LogLine, WireError> {
     let stream = stream_from_wire(line.stream, line.seq)?;
+    let mut bytes = line.raw;
+    coroner_model::cap_line(&mut bytes);
     Ok(LogLine {
         rank: line.rank.map(Rank).or(session_rank),
         stream,
         seq: line.seq,
         capture_ns: line.capture_ns,
-        bytes: line.raw,
+        bytes,
     })
 }
 
@@ -68,6 +72,15 @@ mod tests {
             bytes: vec![0xff, b'a', 0, b'b'],
         };
         assert_eq!(line_from_wire(line_to_wire(&line), None).unwrap(), line);
+    }
+
+    #[test]
+    fn a_ten_megabyte_line_is_cut_to_the_limit_with_a_marker() {
+        let wire = v1::LogLine { seq: 1, stream: 1, raw: vec![b'x'; 10 << 20], ..Default::default() };
+        let line = line_from_wire(wire, None).unwrap();
+        let cut = (10 << 20) - coroner_model::MAX_LINE_BYTES;
+        assert!(line.bytes.ends_with(format!(" [coroner: truncated {cut} bytes]").as_bytes()));
+        assert!(line.bytes.len() < coroner_model::MAX_LINE_BYTES + 64);
     }
 
     #[test]

@@ -25,8 +25,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The longest line shipped whole.
-pub const MAX_LINE: usize = 1 << 20;
+/// The longest line shipped whole (1 MiB, the limit the server and the bundle reader keep too).
+pub const MAX_LINE: usize = coroner_model::MAX_LINE_BYTES;
 /// One read from a pipe (the pipe's own buffer is 64 KiB on Linux).
 const READ_SIZE: usize = 64 * 1024;
 
@@ -99,7 +99,7 @@ impl LineSplitter {
         let mut bytes = std::mem::take(&mut self.buf);
         let truncated = std::mem::take(&mut self.truncated);
         if truncated > 0 {
-            bytes.extend_from_slice(format!(" [coroner: truncated {truncated} bytes]").as_bytes());
+            bytes.extend_from_slice(coroner_model::truncation_marker(truncated).as_bytes());
         }
         SplitLine { bytes: Bytes::from(bytes), capture_ns: self.first_ns.take().unwrap_or_default(), truncated }
     }
