@@ -3,6 +3,7 @@
 use crate::lines::parse_jsonl;
 use crate::logfile::{looks_like_text, split_log};
 use crate::snapshots::scan_snapshots;
+use crate::walk::{Entry, Scope};
 use crate::BundleError;
 use coroner_model::{LogLine, Nanos, ProcessEnd, Rank, Stream};
 use crate::Sink;
@@ -16,6 +17,8 @@ pub struct LoadSummary {
     pub files: usize,
     pub lines: u64,
     pub warnings: Vec<String>,
+    /// The folder being read, which reads stay inside (`walk.rs`).
+    scope: Scope,
 }
 
 /// Files in a bundle folder that are never inputs: answer keys and other tools' output.
@@ -30,12 +33,14 @@ pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary,
             _ => BundleError::Io { path: path.clone(), source: e },
         })?;
         if meta.is_dir() {
+            summary.scope = Scope::inside(path);
             if is_bundle(path) {
                 load_bundle(path, sink, &mut summary)?;
             } else {
                 load_folder(path, sink, &mut summary, 0)?;
             }
         } else {
+            summary.scope = Scope::anything();
             load_log_file(path, None, sink, &mut summary);
         }
     }
@@ -70,7 +75,20 @@ fn file_name(p: &Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
+/// A file's bytes; anything that is not a readable regular file (inside the folder being read)
+/// becomes a warning.
 fn read(path: &Path, summary: &mut LoadSummary) -> Option<Vec<u8>> {
+    match summary.scope.classify(path) {
+        Entry::File => {}
+        Entry::Dir => {
+            summary.warnings.push(format!("skipped {}: a folder where a file was expected", path.display()));
+            return None;
+        }
+        Entry::Skip(why) => {
+            summary.warnings.push(format!("skipped {}: {why}", path.display()));
+            return None;
+        }
+    }
     match std::fs::read(path) {
         Ok(b) => {
             summary.files += 1;
@@ -191,7 +209,7 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
     } else {
         for (name, stream) in [("launcher.stdout.log", Stream::Stdout), ("launcher.stderr.log", Stream::Stderr)] {
             let p = dir.join(name);
-            if p.is_file() {
+            if std::fs::symlink_metadata(&p).is_ok() {
                 launcher_lines = true;
                 let mtime = mtime_ns(&p);
                 if let Some(bytes) = read(&p, summary) {
@@ -204,6 +222,7 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
     if !launcher_lines && ranks_with_lines.is_empty() && torchrun_logs.is_dir() {
         load_torchrun_logs(&torchrun_logs, sink, summary);
     }
+    warn_unknown(dir, &files, summary);
     for s in scan_snapshots(dir, &mut summary.warnings) {
         if let Some((rank, rows)) = s.fr_progress {
             sink.fr_progress(rank, rows);
@@ -218,12 +237,46 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
 
 fn optional(dir: &Path, name: &str, summary: &mut LoadSummary) -> Option<Vec<u8>> {
     let p = dir.join(name);
-    p.is_file().then(|| read(&p, summary)).flatten()
+    std::fs::symlink_metadata(&p).is_ok().then(|| read(&p, summary)).flatten()
+}
+
+/// Whether a bundle's top-level entry is one the format (or a tool beside it) defines.
+fn known_in_bundle(name: &str) -> bool {
+    const FIXED: &[&str] = &[
+        "meta.json",
+        "exits.json",
+        "launcher.exit.json",
+        "launcher.lines.jsonl",
+        "launcher.stdout.log",
+        "launcher.stderr.log",
+        "snapshots",
+        "flight_recorder",
+        "host",
+        "torchrun_logs",
+        "README.md",
+    ];
+    let rank_file = name
+        .strip_prefix("rank")
+        .and_then(|r| [".lines.jsonl", ".stdout.log", ".stderr.log"].iter().find_map(|s| r.strip_suffix(s)))
+        .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()));
+    rank_file || FIXED.contains(&name) || NOT_INPUTS.contains(&name)
+}
+
+/// One warning naming what a bundle holds that its format does not (left unread).
+fn warn_unknown(dir: &Path, files: &[PathBuf], summary: &mut LoadSummary) {
+    let unknown: Vec<String> = files.iter().map(|p| file_name(p)).filter(|n| !known_in_bundle(n)).collect();
+    if unknown.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = unknown.iter().take(10).map(String::as_str).collect();
+    let more = if unknown.len() > shown.len() { format!(" and {} more", unknown.len() - shown.len()) } else { String::new() };
+    summary.warnings.push(format!("{}: ignored {} entries a capture bundle does not hold: {}{more}", dir.display(), unknown.len(), shown.join(", ")));
 }
 
 /// torchrun `--log-dir`: `<run id>/attempt_<k>/<local rank>/{stdout,stderr}.log`; the last attempt.
 fn load_torchrun_logs(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) {
-    for run in list(dir).into_iter().filter(|p| p.is_dir()) {
+    let runs: Vec<PathBuf> = list(dir).into_iter().filter(|p| summary.scope.classify(p) == Entry::Dir).collect();
+    for run in runs {
         let Some(attempt) = list(&run).into_iter().filter(|p| file_name(p).starts_with("attempt_")).last() else { continue };
         for local in list(&attempt) {
             let Ok(l) = file_name(&local).parse::<u32>() else { continue };
@@ -241,12 +294,15 @@ fn load_torchrun_logs(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary
 fn load_folder(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary, depth: u32) -> Result<(), BundleError> {
     std::fs::read_dir(dir).map_err(|e| BundleError::Io { path: dir.to_path_buf(), source: e })?;
     for path in list(dir) {
-        if path.is_dir() {
-            if depth < 3 {
-                load_folder(&path, sink, summary, depth + 1)?;
+        match summary.scope.classify(&path) {
+            Entry::Dir => {
+                if depth < 3 {
+                    load_folder(&path, sink, summary, depth + 1)?;
+                }
             }
-        } else if !NOT_INPUTS.contains(&file_name(&path).as_str()) {
-            load_log_file(&path, None, sink, summary);
+            Entry::File if NOT_INPUTS.contains(&file_name(&path).as_str()) => {}
+            Entry::File => load_log_file(&path, None, sink, summary),
+            Entry::Skip(why) => summary.warnings.push(format!("skipped {}: {why}", path.display())),
         }
     }
     Ok(())
@@ -256,6 +312,10 @@ fn load_folder(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary, depth
 /// in the name it is a combined log whose lines are filed by their prefixes.
 fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, sink: &mut dyn Sink, summary: &mut LoadSummary) {
     let Some(bytes) = read(path, summary) else { return };
+    if bytes.is_empty() {
+        summary.warnings.push(format!("{} is empty", path.display()));
+        return;
+    }
     if !looks_like_text(&bytes[..bytes.len().min(8192)]) {
         summary.warnings.push(format!("skipped {}: not a text log", path.display()));
         return;

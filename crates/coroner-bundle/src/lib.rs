@@ -8,6 +8,7 @@ mod bundle;
 mod lines;
 mod logfile;
 pub mod snapshots;
+mod walk;
 
 pub use bundle::{load_paths, rank_from_name, LoadSummary};
 
@@ -75,5 +76,6 @@ pub enum BundleError {
     Empty { paths: String },
 }
 
-/// The longest line kept whole for analysis; longer ones are cut with a marker.
-pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// The longest line kept whole for analysis; longer ones are cut with a marker (the same limit
+/// as the agent's and the server's).
+pub use coroner_model::MAX_LINE_BYTES;

@@ -18,11 +18,7 @@ pub fn looks_like_text(head: &[u8]) -> bool {
 
 /// Cuts a line longer than [`crate::MAX_LINE_BYTES`], saying so at its end.
 pub fn cap_line(bytes: &mut Vec<u8>) {
-    if bytes.len() > crate::MAX_LINE_BYTES {
-        let cut = bytes.len() - crate::MAX_LINE_BYTES;
-        bytes.truncate(crate::MAX_LINE_BYTES);
-        bytes.extend_from_slice(format!(" [coroner: truncated {cut} bytes]").as_bytes());
-    }
+    coroner_model::cap_line(bytes);
 }
 
 /// Splits a raw log into lines with synthetic capture times. `fallback_ns` (the file's mtime)
@@ -74,8 +70,8 @@ mod tests {
     fn binary_is_not_text_and_huge_lines_are_capped() {
         assert!(!looks_like_text(&[0u8; 100]));
         assert!(looks_like_text(b"hello\nworld\n"));
-        let mut big = vec![b'x'; crate::MAX_LINE_BYTES + 10];
+        let mut big = vec![b'x'; crate::MAX_LINE_BYTES + 100];
         cap_line(&mut big);
-        assert!(big.ends_with(b"[coroner: truncated 10 bytes]"));
+        assert!(big.ends_with(b"[coroner: truncated 100 bytes]"));
     }
 }

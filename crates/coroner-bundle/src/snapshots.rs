@@ -1,6 +1,7 @@
 //! A bundle's snapshot folders: `snapshots/`, `flight_recorder/` and `host/`. Each file is listed
 //! with its size, sha256 and the highlights the snapshot readers find in it. A file they cannot
-//! read gets an `unreadable: ...` highlight; it never fails the load.
+//! read gets an `unreadable: ...` highlight; it never fails the load. Folders, links out of the
+//! bundle and special files are skipped with a warning.
 
 use coroner_model::{EventKind, PgId, Rank, SeqNo, SnapshotSummary};
 use sha2::{Digest, Sha256};
@@ -47,9 +48,22 @@ pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
     let mut out = Vec::new();
     for folder in ["snapshots", "flight_recorder", "host"] {
         let Ok(entries) = std::fs::read_dir(dir.join(folder)) else { continue };
-        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         paths.sort();
+        // Snapshot files stay inside the bundle (an import uploads them to a server).
+        let scope = crate::walk::Scope::inside(dir);
         for path in paths {
+            match scope.classify(&path) {
+                crate::walk::Entry::File => {}
+                crate::walk::Entry::Dir => {
+                    warnings.push(format!("skipped snapshot {}: a folder, not a file", path.display()));
+                    continue;
+                }
+                crate::walk::Entry::Skip(why) => {
+                    warnings.push(format!("skipped snapshot {}: {why}", path.display()));
+                    continue;
+                }
+            }
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             match std::fs::read(&path) {
                 Ok(bytes) => {
