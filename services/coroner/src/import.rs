@@ -209,11 +209,15 @@ async fn upload(client: &mut IngestClient<Channel>, session: &str, s: &SnapshotS
             }
         })
         .collect();
-    client
-        .upload_snapshot(tokio_stream::iter(chunks))
-        .await
-        .with_context(|| format!("upload snapshot {}", s.name))?;
-    Ok(())
+    match client.upload_snapshot(tokio_stream::iter(chunks)).await {
+        Ok(_) => Ok(()),
+        // This one snapshot is refused (its name, say): the rest of the import goes on.
+        Err(status) if status.code() == tonic::Code::InvalidArgument => {
+            eprintln!("coroner: warning: snapshot {} not imported: {}", s.name, status.message());
+            Ok(())
+        }
+        Err(status) => Err(status).with_context(|| format!("upload snapshot {}", s.name)),
+    }
 }
 
 #[cfg(test)]

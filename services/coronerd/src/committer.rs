@@ -2,7 +2,8 @@
 //! batches overlaps feeding the previous group to the analysis.
 //!
 //! - **Index stage:** takes every queued request (group commit across agents, up to
-//!   [`MAX_GROUP_LINES`]), drops lines already held (dedup by rank, stream and sequence number),
+//!   [`MAX_GROUP_LINES`]), drops lines already held (dedup by rank, stream and sequence number,
+//!   each lane of numbers on its own: `job/claims.rs`),
 //!   adds the rest to the index straight from the received lines (no copies before tantivy's
 //!   own) and commits.
 //! - **Publish stage:** pushes the committed lines into the job's pipeline, bumps the evidence
@@ -17,7 +18,8 @@ use crate::error::ServiceError;
 use crate::job::Job;
 use crate::metrics::Metrics;
 use coroner_index::LineRef;
-use coroner_model::{LogLine, Stream};
+use crate::job::claims::{lane_of, StreamLane};
+use coroner_model::LogLine;
 use coroner_store::Metastore;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -101,16 +103,17 @@ fn commit_group(job: &Job, requests: Vec<CommitRequest>) -> Group {
     let mut replies = Vec::with_capacity(requests.len());
     let mut hosts = Vec::with_capacity(requests.len());
     // What this group advances, over the committed positions (applied only once it is durable).
-    let mut next: HashMap<(Option<u32>, Stream), u64> = HashMap::new();
+    let mut next: HashMap<StreamLane, u64> = HashMap::new();
     {
         let held = job.positions.lock().unwrap_or_else(|p| p.into_inner());
         for r in requests {
             let mut lines = r.lines;
             let before = lines.len();
             // A batch's lines mostly share one stream: look the position up when the key changes.
-            let mut current: Option<((Option<u32>, Stream), u64)> = None;
+            let mut current: Option<(StreamLane, u64)> = None;
             lines.retain(|l| {
-                let key = (l.rank.map(|r| r.0), l.stream);
+                // Each lane of a stream is deduplicated on its own (`job/claims.rs`).
+                let key = (l.rank.map(|r| r.0), l.stream, lane_of(l.seq));
                 let expected = match &mut current {
                     Some((k, e)) if *k == key => e,
                     _ => {

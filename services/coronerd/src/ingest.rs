@@ -7,10 +7,10 @@ use crate::metrics::Metrics;
 use crate::snapshots::SnapshotStore;
 
 mod budget;
+mod admit;
 mod snapshot_upload;
 pub use budget::{IngestBudget, Reservation};
 use coroner_model::{ClockSample, JobId, ProcessEnd, Rank};
-use coroner_proto::convert::line_from_wire;
 use coroner_proto::v1::{self, ingest_server::Ingest};
 use coroner_store::SessionRecord;
 use std::collections::HashMap;
@@ -81,6 +81,15 @@ impl Ingest for IngestService {
                 return Err(ServiceError::InvalidArgument(format!("rank {rank} is beyond the world size {world}")).into());
             }
         }
+        let max = coroner_model::MAX_WORLD_SIZE;
+        let absurd = match (r.world_size, r.rank) {
+            (Some(w), _) if w > max => Some(format!("world size {w}")),
+            (_, Some(rank)) if rank >= max => Some(format!("rank {rank}")),
+            _ => None,
+        };
+        if let Some(what) = absurd {
+            return Err(ServiceError::InvalidArgument(format!("{what} is beyond the largest world this server takes ({max} ranks)")).into());
+        }
         let now = now_ns();
         self.jobs.store.touch_job(&job_id, r.world_size, now).await.map_err(ServiceError::from)?;
         let job = self.jobs.get(&job_id, true).await?;
@@ -111,20 +120,23 @@ impl Ingest for IngestService {
                 p.set_node_rank_base(base);
             }
         });
-        let resume_from = job
-            .positions()
-            .into_iter()
-            .map(|((rank, stream), next)| {
-                let rank = rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
-                (format!("{rank}/{}", stream.as_str()), next)
-            })
-            .collect();
+        // Which lane of sequence numbers this session numbers in (`job/claims.rs`).
+        let granted = job.claim(&crate::job::claims::Opening {
+            session_id: &session_id,
+            rank: r.rank,
+            instance: &r.agent_instance,
+            host: &r.host,
+            pid: r.pid,
+            launcher: &r.launcher,
+            lanes: r.seq_lanes,
+            offset: r.seq_offset,
+        });
         self.sessions.lock().map_err(|_| ServiceError::Internal("session table lock".into()))?.insert(
             session_id.clone(),
             Session { job, fence, rank: r.rank.map(Rank), host: r.host, world_size: r.world_size },
         );
         tracing::info!(job = %job_id, rank = ?r.rank, session = %session_id, "session opened");
-        Ok(Response::new(v1::OpenSessionResponse { session_id, resume_from }))
+        Ok(Response::new(v1::OpenSessionResponse { session_id, resume_from: granted.resume_from, seq_offset: granted.seq_offset }))
     }
 
     async fn sync_clock(&self, req: Request<v1::ClockProbe>) -> Result<Response<v1::ClockProbe>, Status> {
@@ -172,6 +184,11 @@ impl Ingest for IngestService {
                     Ok(b) => b,
                     Err(e) => {
                         tracing::debug!(error = %e, "log stream ended");
+                        if e.message().contains("decode") {
+                            // Bytes that are no LogBatch: say so in the stream's status.
+                            let why = format!("a batch could not be decoded ({}); the stream is closed", e.message());
+                            let _ = order_tx.send(Submitted::Failed(ServiceError::InvalidArgument(why))).await;
+                        }
                         break;
                     }
                 };
@@ -200,9 +217,15 @@ impl Ingest for IngestService {
         let r = req.into_inner();
         let session = self.session(&r.session_id)?;
         self.metrics.dropped_lines_reported.fetch_add(r.dropped_lines, Relaxed);
+        if r.rank.is_none() || r.rank.map(Rank) == session.rank {
+            session.job.end_claim(&r.session_id);
+        }
         let Some(rank) = r.rank.map(Rank).or(session.rank) else {
             // A launcher agent's own end: the workers' ends come from their own reports or the launcher's table.
             session.job.update(|p| {
+                if r.dropped_lines > 0 {
+                    p.add_note(format!("the launcher agent on {} dropped {} lines (its spool was full)", session.host, r.dropped_lines));
+                }
                 p.add_note(format!("the launcher on {} ended ({})", session.host, describe(r.exit_code, r.signal)));
                 p.add_launcher_end(r.exit_code, r.signal);
                 p.set_finished(true);
@@ -290,15 +313,9 @@ async fn submit_batch(
         ServiceError::FailedPrecondition(format!("unknown session {:?}: open the session before shipping logs", batch.session_id))
     })?;
     session.fence.check(&session.job.id)?;
-    let mut lines = Vec::with_capacity(batch.lines.len());
-    for l in batch.lines {
-        let line = line_from_wire(l, session.rank).map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
-        if let (Some(r), Some(w)) = (line.rank, session.world_size) {
-            if r.0 >= w {
-                return Err(ServiceError::InvalidArgument(format!("line {} names rank {r}, beyond the world size {w}", line.seq)));
-            }
-        }
-        lines.push(line);
+    let admit::Admitted { lines, notes } = admit::admit(batch.lines, session.rank, session.world_size, &session.host);
+    if !notes.is_empty() {
+        session.job.update(|p| notes.into_iter().for_each(|n| p.add_note(n)));
     }
     if !batch.clock.is_empty() {
         if let Some(rank) = session.rank {

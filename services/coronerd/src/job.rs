@@ -10,10 +10,9 @@ use crate::error::ServiceError;
 use crate::metrics::Metrics;
 use coroner_analysis::RuleSet;
 use coroner_index::JobIndex;
-use coroner_model::{JobId, LogLine, Report, Stream};
+use coroner_model::{JobId, LogLine, Report};
 use coroner_pipeline::JobPipeline;
 use coroner_store::Metastore;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,14 +20,17 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 pub const REPORT_DEBOUNCE: Duration = Duration::from_millis(50);
 
-pub(crate) type Positions = BTreeMap<(Option<u32>, Stream), u64>;
+pub(crate) mod claims;
+pub(crate) use claims::Positions;
 
 pub struct Job {
     pub id: JobId,
     pub index: Arc<JobIndex>,
     pub pipeline: Arc<Mutex<JobPipeline>>,
-    /// The next sequence number expected per (rank, stream): advanced by the committer only.
+    /// The next sequence number expected per (rank, stream, lane): advanced by the committer only.
     pub(crate) positions: Mutex<Positions>,
+    /// Which agent instances speak for which rank, and their lanes (`claims.rs`).
+    pub(crate) claims: Mutex<claims::Claims>,
     commits: mpsc::Sender<CommitRequest>,
     pub(crate) dirty: Arc<Notify>,
     /// Bumped whenever the evidence changes; a published report carries the version it saw.
@@ -55,6 +57,7 @@ impl Job {
             index,
             pipeline: Arc::new(Mutex::new(pipeline)),
             positions: Mutex::new(positions),
+            claims: Mutex::default(),
             commits,
             dirty: Arc::new(Notify::new()),
             version: Arc::new(AtomicU64::new(1)),
@@ -90,9 +93,26 @@ impl Job {
         wait.await.map_err(|_| ServiceError::Unavailable("the commit was interrupted; retry".into()))?
     }
 
-    /// Where each (rank, stream) resumes: the next sequence number the server expects.
+    /// Where each (rank, stream, lane) resumes: the next sequence number the server expects.
     pub fn positions(&self) -> Positions {
         self.positions.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// Registers a session's claim on its rank: its lane, where it resumes, and a note for the
+    /// report when another agent of that rank has not ended (see `claims.rs`).
+    pub fn claim(&self, opening: &claims::Opening<'_>) -> claims::Granted {
+        let positions = self.positions();
+        let granted = self.claims.lock().unwrap_or_else(|p| p.into_inner()).open(opening, &positions);
+        if let Some(note) = &granted.note {
+            tracing::warn!(job = %self.id, "{note}");
+            self.update(|p| p.add_note(note.clone()));
+        }
+        granted
+    }
+
+    /// The process a session spoke for ended: its claim no longer conflicts with a new one.
+    pub fn end_claim(&self, session_id: &str) {
+        self.claims.lock().unwrap_or_else(|p| p.into_inner()).end(session_id);
     }
 
     /// Updates the evidence outside of lines (ends, clock samples, snapshots) and schedules a report.

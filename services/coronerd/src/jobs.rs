@@ -9,6 +9,7 @@
 //! instances share one data dir, so a new owner recovers a job exactly as a restarted server does.
 
 use crate::error::ServiceError;
+use crate::job::claims::lane_of;
 use crate::job::Job;
 use crate::metrics::Metrics;
 use crate::ownership::{self, Claim, Fence, Instance};
@@ -128,7 +129,7 @@ impl Jobs {
         &self,
         job: &JobId,
         index: Arc<JobIndex>,
-    ) -> Result<(JobPipeline, std::collections::BTreeMap<(Option<u32>, coroner_model::Stream), u64>), ServiceError> {
+    ) -> Result<(JobPipeline, crate::job::Positions), ServiceError> {
         let mut pipeline = JobPipeline::new(job.as_str());
         if let Some(row) = self.store.get_job(job).await? {
             if let Some(w) = row.world_size {
@@ -182,7 +183,11 @@ impl Jobs {
         }
         let (pipeline, positions, index_lines) = tokio::task::spawn_blocking(move || {
             let mut pipeline = pipeline;
+            // Where each (rank, stream, lane) stands: each lane is deduplicated on its own.
+            let mut positions = crate::job::Positions::new();
             index.for_each_line(|l| {
+                let next = positions.entry((l.rank, l.stream, lane_of(l.seq))).or_insert(0);
+                *next = (*next).max(l.seq.saturating_add(1));
                 pipeline.push_line(LogLine {
                     rank: l.rank.map(Rank),
                     stream: l.stream,
@@ -191,7 +196,6 @@ impl Jobs {
                     bytes: l.bytes,
                 })
             })?;
-            let positions = index.stream_positions()?;
             Ok::<_, ServiceError>((pipeline, positions, index.num_lines()))
         })
         .await??;

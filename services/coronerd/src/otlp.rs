@@ -8,7 +8,7 @@
 //! - host: resource `host.name`; world size: `coroner.world_size`, optional;
 //! - stream: record attribute `log.iostream` (`stdout`/`stderr`), else stdout;
 //! - line: the record's body (a string, bytes, or other values in their text form); one record
-//!   is one line;
+//!   is one line; a body over 1 MiB is cut there with a `[coroner: truncated N bytes]` marker;
 //! - capture time: `time_unix_nano`, else `observed_time_unix_nano`, else the arrival time;
 //! - sequence numbers: assigned by the server per (job, rank, stream), continuing after what
 //!   the job already holds. Exports are committed one at a time, so numbers never race.
@@ -71,6 +71,7 @@ fn body_bytes(v: Option<&AnyValue>) -> Vec<u8> {
     while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         bytes.pop();
     }
+    coroner_model::cap_line(&mut bytes);
     bytes
 }
 
@@ -157,7 +158,7 @@ impl OtlpLogs {
                     .into_iter()
                     .map(|m| {
                         let key = (id.clone(), m.rank, m.stream);
-                        let held = positions.get(&(m.rank, m.stream)).copied().unwrap_or(0);
+                        let held = positions.get(&(m.rank, m.stream, 0)).copied().unwrap_or(0);
                         let next = next_seq.entry(key).or_insert(0);
                         *next = (*next).max(held);
                         let seq = *next;

@@ -63,6 +63,23 @@ impl Drop for Claim {
     }
 }
 
+/// A snapshot's name is shown, stored and picks a reader: it must be a relative path of plain
+/// components (`snapshots/rank0.stack.txt`), nothing that climbs out of a folder (`..`, an
+/// absolute path) should a tool write it to disk, and no NUL or other control characters.
+pub fn check_name(name: &str) -> Result<(), ServiceError> {
+    let unsafe_name = name.is_empty()
+        || name.len() > 1024
+        || name.starts_with('/')
+        || name.chars().any(|c| c.is_control() || c == '\\')
+        || name.split('/').any(|part| part.is_empty() || part == "." || part == "..");
+    if unsafe_name {
+        return Err(ServiceError::InvalidArgument(format!(
+            "snapshot name {name:?} is not a safe relative name (plain path components, no `..`, no leading `/`, no control characters)"
+        )));
+    }
+    Ok(())
+}
+
 fn valid_sha(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
@@ -102,9 +119,7 @@ impl SnapshotStore {
         if !valid_sha(&header.sha256) {
             return Err(ServiceError::InvalidArgument(format!("snapshot {:?}: sha256 must be 64 lowercase hex digits", header.name)));
         }
-        if header.name.is_empty() || header.name.contains("..") || header.name.starts_with('/') || header.name.contains('\0') {
-            return Err(ServiceError::InvalidArgument(format!("snapshot name {:?} is not a safe relative name", header.name)));
-        }
+        check_name(&header.name)?;
         let claim = {
             let mut set = self.in_flight.lock().map_err(|_| ServiceError::Internal("snapshot registry poisoned".into()))?;
             if !set.insert(header.sha256.clone()) {
@@ -179,5 +194,20 @@ impl Upload {
         }
         std::fs::rename(&self.partial, &self.final_path).map_err(|e| ServiceError::Internal(format!("store snapshot: {e}")))?;
         Ok(Stored { header: self.header, stored_bytes: self.kept, deduplicated: false })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_name;
+
+    #[test]
+    fn snapshot_names_that_could_leave_a_folder_are_refused() {
+        for bad in ["../../etc/passwd", "/etc/passwd", "snapshots/../../x", "a\0b", "", "a\nb", "..\\x", "./x", "a//b", "x/"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        for good in ["snapshots/rank0.stack.txt", "flight_recorder/nccl_trace_rank_1", "core/core.123", "a..b.txt"] {
+            assert!(check_name(good).is_ok(), "{good:?}");
+        }
     }
 }

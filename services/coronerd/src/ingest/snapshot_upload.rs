@@ -60,6 +60,8 @@ impl IngestService {
     pub(super) async fn snapshot_status_of(&self, req: v1::SnapshotStatusRequest) -> Result<v1::SnapshotStatusResponse, Status> {
         let session = self.session(&req.session_id)?;
         let header = req.header.ok_or_else(|| ServiceError::InvalidArgument("SnapshotStatus needs the snapshot's header".into()))?;
+        // Filed under this name at once when the content is already stored: checked like an upload's.
+        crate::snapshots::check_name(&header.name)?;
         match self.snapshots.status(&header.sha256)? {
             Holding::Stored => {
                 let kept = header.size.min(self.snapshots.cap());

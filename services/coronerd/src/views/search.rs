@@ -75,7 +75,7 @@ pub async fn search(jobs: &Jobs, job: &Arc<Job>, p: SearchParams) -> Result<Sear
     }
     let capture_windows = if p.since_ns.is_some() || p.until_ns.is_some() {
         let (lo, hi) = (p.since_ns.unwrap_or(i64::MIN), p.until_ns.unwrap_or(i64::MAX));
-        let mut keys: BTreeSet<Option<u32>> = job.positions().keys().map(|(r, _)| *r).collect();
+        let mut keys: BTreeSet<Option<u32>> = job.positions().keys().map(|(r, _, _)| *r).collect();
         keys.extend(clocks.keys().copied());
         keys.insert(None);
         Some(
