@@ -81,6 +81,11 @@ struct RunArgs {
     /// Where to spool [default: $TMPDIR/coroner-spool].
     #[arg(long, env = "CORONER_SPOOL_DIR")]
     spool_dir: Option<PathBuf>,
+    /// The most bytes this agent's spool file may hold. When it is full, lines are held in memory
+    /// (a few MiB) until the server acknowledges them; past that, routine lines are dropped before
+    /// errors and warnings, and the count of dropped lines is reported with the process end.
+    #[arg(long, env = "CORONER_SPOOL_MAX_BYTES", default_value = "1073741824")]
+    spool_max_bytes: u64,
     #[arg(long, env = "CORONER_LAUNCHER", value_enum, default_value = "auto")]
     launcher: LauncherMode,
     /// Global rank of this node's local rank 0 [default: from torchrun's --node-rank × --nproc-per-node, else 0].
@@ -207,6 +212,8 @@ fn run(args: RunArgs) -> Result<i32> {
         agent_instance: instance.clone(),
         command: args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
         node_rank_base,
+        seq_offset: None,
+        seq_lanes: true,
     };
 
     // The spool: <dir>/<job>/<rank-R | node-HOST>/<instance>.spool.
@@ -217,7 +224,7 @@ fn run(args: RunArgs) -> Result<i32> {
     };
     let key_dir = spool_root.join(id.job.as_str()).join(key);
     let snapshot_dir = args.snapshot_dir.clone().unwrap_or_else(|| key_dir.join("snapshots"));
-    let (spool, orphans) = open_spool(&key_dir, &snapshot_dir, &instance, &session);
+    let (spool, orphans) = open_spool(&key_dir, &snapshot_dir, &instance, &session, args.spool_max_bytes);
     let fr_dir = key_dir.join("fr");
     if !args.no_snapshots {
         if let Err(e) = std::fs::create_dir_all(&fr_dir) {
@@ -408,13 +415,14 @@ fn open_spool(
     snapshot_dir: &Path,
     instance: &str,
     session: &v1::OpenSessionRequest,
+    max_bytes: u64,
 ) -> (Option<spool::SpoolWriter>, Vec<(PathBuf, std::fs::File)>) {
     if let Err(e) = std::fs::create_dir_all(key_dir).and_then(|_| std::fs::create_dir_all(snapshot_dir)) {
         tracing::warn!("create the spool folder {}: {e}; lines will be held in memory only", key_dir.display());
         return (None, Vec::new());
     }
     let path = key_dir.join(format!("{instance}.spool"));
-    let writer = match spool::SpoolWriter::create(&path, session, 1 << 30) {
+    let writer = match spool::SpoolWriter::create(&path, session, max_bytes) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!("create the spool {}: {e}; lines will be held in memory only", path.display());
@@ -427,7 +435,7 @@ fn open_spool(
 
 fn report(s: &shipper::Summary) {
     if s.dropped > 0 {
-        tracing::warn!("dropped {} lines (the queue was full)", s.dropped);
+        tracing::warn!("dropped {} lines (the spool was full, or the disk slower than the output; routine lines went before errors and warnings)", s.dropped);
     }
     if s.unacked_lines > 0 || !s.exit_reported {
         match &s.spool_kept {

@@ -2,7 +2,7 @@
 //! unacknowledged batches and its process end, under the earlier agent's own session identity
 //! (its `agent_instance`), so the server files them exactly as if that agent had delivered them.
 
-use crate::shipper::{connect, prepare_lines, AckEvent};
+use crate::shipper::{base_from, base_of, connect, prepare_lines, AckEvent, OFFSET_KEY};
 use crate::spool::{read_spool, Record, SpoolWriter};
 use crate::wire::Outgoing;
 use coroner_proto::v1;
@@ -31,7 +31,11 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
         let _ = std::fs::remove_file(&path);
         return;
     }
-    let (conn, mut acks) = match connect(channel, contents.session.clone()).await {
+    // The earlier agent's lane, when it learnt one (a spool it never shipped from gets a new one).
+    let mut request = contents.session.clone();
+    request.seq_lanes = true;
+    request.seq_offset = contents.base().map(|b| base_of(&b, OFFSET_KEY));
+    let (conn, mut acks) = match connect(channel, request).await {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("replay {}: {e}", path.display());
@@ -48,7 +52,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
     let base = match contents.base() {
         Some(b) => b,
         None => {
-            let b = conn.resume_from.clone();
+            let b = base_from(&conn.resume_from, conn.seq_offset);
             let _ = writer.append(&Record::Base(b.clone()), true);
             b
         }

@@ -11,9 +11,11 @@
 //!   to resend. A batch is decoded and rewritten only when it must change (numbered before the
 //!   base was known, or partly delivered before a reconnect).
 //! - **Sequence numbers:** lines are numbered per (rank, stream) from 0 by this agent; on its
-//!   first session the server says where each stream stands (`resume_from`), and that becomes
-//!   this instance's base, so a restarted agent continues a rank's streams instead of colliding.
-//!   The base is spooled too. After a reconnect, lines below `resume_from` are not resent.
+//!   first session the server says where each stream starts (`resume_from`, and `seq_offset`
+//!   for the streams it does not name: a lane of numbers of this instance's own, so two agents
+//!   speaking for one rank never collide), and that becomes this instance's base. The base is
+//!   spooled too, and named when reopening (`OpenSessionRequest.seq_offset`), so the instance
+//!   keeps its lane. After a reconnect, lines below `resume_from` are not resent.
 //! - **Reconnect:** on any error the connection is dropped, every unacked batch is marked unsent,
 //!   and a new connection is tried with exponential backoff (0.2 s doubling to 5 s).
 //! - **Clock:** while connected, a `SyncClock` probe every 5 s; samples ride in the next batch.
@@ -89,6 +91,21 @@ pub fn stream_key(rank: Option<u32>, stream: i32) -> String {
     format!("{rank}/{stream}")
 }
 
+/// The key under which a base map keeps the session's `seq_offset` (no stream key looks like it).
+pub const OFFSET_KEY: &str = "*";
+
+/// Where a stream's numbers start in a base learnt from the server.
+pub fn base_of(base: &HashMap<String, u64>, key: &str) -> u64 {
+    base.get(key).or_else(|| base.get(OFFSET_KEY)).copied().unwrap_or(0)
+}
+
+/// The base an `OpenSession` answer gives: `resume_from`, and `seq_offset` for other streams.
+pub fn base_from(resume_from: &HashMap<String, u64>, seq_offset: u64) -> HashMap<String, u64> {
+    let mut base = resume_from.clone();
+    base.insert(OFFSET_KEY.to_string(), seq_offset);
+    base
+}
+
 /// Rebases a batch's local sequence numbers and leaves out lines the server already has.
 pub fn prepare_lines(
     lines: &[v1::LogLine],
@@ -100,7 +117,7 @@ pub fn prepare_lines(
         .iter()
         .filter_map(|l| {
             let key = stream_key(l.rank.or(session_rank), l.stream);
-            let seq = base.get(&key).copied().unwrap_or(0) + l.seq;
+            let seq = base_of(base, &key) + l.seq;
             (seq >= resume_from.get(&key).copied().unwrap_or(0)).then(|| v1::LogLine { seq, ..l.clone() })
         })
         .collect()
@@ -111,6 +128,8 @@ pub struct Conn {
     pub client: IngestClient<Channel>,
     pub session_id: String,
     pub resume_from: HashMap<String, u64>,
+    /// Where this session numbers streams `resume_from` does not name.
+    pub seq_offset: u64,
     pub tx: mpsc::Sender<Outgoing>,
 }
 
@@ -218,7 +237,7 @@ pub async fn connect(
             }
         }
     });
-    let conn = Conn { client, session_id: open.session_id, resume_from: open.resume_from, tx };
+    let conn = Conn { client, session_id: open.session_id, resume_from: open.resume_from, seq_offset: open.seq_offset, tx };
     Ok((conn, ack_rx))
 }
 
@@ -258,8 +277,16 @@ pub struct Shipper {
     events_tx: mpsc::UnboundedSender<Event>,
     /// Batches were written to the spool since the last sync started.
     unsynced: bool,
-    /// The spool refused a batch (its size limit): new batches are held in memory only.
+    /// The spool refused a batch (its size limit): new batches are held in memory only, until
+    /// every spooled batch is acknowledged and the spool starts over ([`Shipper::reclaim_spool`]).
     spool_full: bool,
+    /// The process end is in the spool and not acknowledged (the spool must not start over).
+    exit_in_spool: bool,
+    /// Batches went into the spool since it (last) started: starting over would free something.
+    spooled_any: bool,
+    /// Lines of batches given up after they were formed (refused by the server as invalid, or
+    /// unreadable from the spool): reported with the queue's drops.
+    lost: u64,
     sync_task: Option<tokio::task::JoinHandle<()>>,
     /// Where each new connection's client and session are published (for snapshot uploads).
     conn_watch: Option<tokio::sync::watch::Sender<Option<(IngestClient<Channel>, String)>>>,
@@ -292,6 +319,9 @@ impl Shipper {
             events_tx,
             unsynced: false,
             spool_full: false,
+            exit_in_spool: false,
+            spooled_any: false,
+            lost: 0,
             sync_task: None,
             conn_watch: None,
         }
@@ -361,6 +391,7 @@ impl Shipper {
                         exit_state = if ok { ExitState::Acked } else { ExitState::NotSent };
                         if ok {
                             self.spool_append(&Record::ExitAcked, false);
+                            self.exit_in_spool = false;
                         }
                     }
                     _ => {}
@@ -391,8 +422,8 @@ impl Shipper {
             if let Some(f) = &finishing {
                 if !exit_spooled {
                     let mut exit = f.exit.clone();
-                    exit.dropped_lines = self.queue.dropped();
-                    self.spool_append(&Record::Exit(exit), true);
+                    exit.dropped_lines = self.dropped();
+                    self.exit_in_spool = self.spool_append(&Record::Exit(exit), true).is_some() && exit_state != ExitState::Acked;
                     exit_spooled = true;
                 }
             }
@@ -418,7 +449,7 @@ impl Shipper {
                     exit_state = ExitState::InFlight;
                     let mut exit = f.exit.clone();
                     exit.session_id = c.session_id.clone();
-                    exit.dropped_lines = self.queue.dropped();
+                    exit.dropped_lines = self.dropped();
                     let (mut client, tx, g) = (c.client.clone(), self.events_tx.clone(), gen);
                     tokio::spawn(async move {
                         let ok = tokio::time::timeout(Duration::from_secs(5), client.report_exit(exit))
@@ -451,14 +482,21 @@ impl Shipper {
                 spool_kept = Some(spool.path().to_path_buf());
             }
         }
-        Summary { unacked_lines, exit_reported, dropped: self.queue.dropped(), spool_kept }
+        Summary { unacked_lines, exit_reported, dropped: self.dropped(), spool_kept }
+    }
+
+    /// Lines that will never reach the server: dropped by the full queue, or given up in batches.
+    fn dropped(&self) -> u64 {
+        self.queue.dropped() + self.lost
     }
 
     fn spawn_connect(&mut self, gen: u64) {
         // Each attempt tries the next server of the list.
         let list = servers(&self.cfg.server);
         let server = list.get(gen as usize % list.len().max(1)).copied().unwrap_or_default().to_string();
-        let request = self.session.clone();
+        let mut request = self.session.clone();
+        // Reopening: keep the lane the first session gave.
+        request.seq_offset = self.base.as_ref().map(|b| base_of(b, OFFSET_KEY));
         let orphans = std::mem::take(&mut self.orphans);
         let tx = self.events_tx.clone();
         tokio::spawn(async move {
@@ -483,7 +521,7 @@ impl Shipper {
 
     fn on_connected(&mut self, c: &Conn) {
         if self.base.is_none() {
-            let base: HashMap<String, u64> = c.resume_from.clone();
+            let base = base_from(&c.resume_from, c.seq_offset);
             self.spool_append(&Record::Base(base.clone()), true);
             self.base = Some(base);
         }
@@ -512,6 +550,7 @@ impl Shipper {
                 if let Some(i) = self.pending.iter().position(|p| p.sent) {
                     let p = self.pending.remove(i).expect("index exists");
                     tracing::warn!("the server refused a batch of {} lines ({}); dropping it", p.count, s.message());
+                    self.lost += p.count as u64;
                     if p.body.is_some() {
                         self.mem_bytes -= p.bytes;
                     }
@@ -529,6 +568,7 @@ impl Shipper {
     /// Moves queued lines into encoded, spooled, pending batches; the batches formed here share
     /// one sync.
     fn form_batches(&mut self) {
+        self.reclaim_spool();
         let rank = self.session.rank;
         let mut formed: Vec<Formed> = Vec::new();
         let mut formed_bytes = 0;
@@ -555,6 +595,30 @@ impl Shipper {
         if !self.queue.is_empty() && self.can_spool() {
             // More is waiting: come back at once, after this round's sends.
             self.queue.notify.notify_one();
+        }
+    }
+
+    /// A full spool whose batches were all acknowledged starts over (with the base written
+    /// again): its size limit bounds what the server has not acknowledged, not all that was
+    /// ever sent, so a long job with a healthy server keeps spooling.
+    fn reclaim_spool(&mut self) {
+        if !self.spool_full || !self.spooled_any || self.exit_in_spool || self.pending.iter().any(|p| p.spool_at.is_some()) {
+            return;
+        }
+        let Some(spool) = self.spool.as_mut() else { return };
+        if let Err(e) = spool.reset() {
+            tracing::warn!("empty the spool {}: {e}; continuing without it", spool.path().display());
+            self.spool = None;
+            return;
+        }
+        tracing::info!("every spooled line was acknowledged; spooling again to {}", spool.path().display());
+        self.spool_full = false;
+        self.spooled_any = false;
+        if let Some(base) = self.base.clone() {
+            self.spool_append(&Record::Base(base), true);
+        }
+        if self.spool.is_some() {
+            self.queue.set_draining(true);
         }
     }
 
@@ -625,7 +689,7 @@ impl Shipper {
                 break;
             }
             let resume = |r: &SeqRange| c.resume_from.get(&r.key()).copied().unwrap_or(0);
-            let offset = |r: &SeqRange| if p.rebased { 0 } else { base.get(&r.key()).copied().unwrap_or(0) };
+            let offset = |r: &SeqRange| if p.rebased { 0 } else { base_of(&base, &r.key()) };
             let delivered = p.count > 0 && p.ranges.iter().all(|r| offset(r) + r.last < resume(r));
             p.clock.append(&mut self.clock);
             if delivered && p.clock.is_empty() {
@@ -654,12 +718,14 @@ impl Shipper {
                     }
                     Err(e) => {
                         tracing::warn!("batch {} is unreadable ({e}); dropping it", p.id);
+                        self.lost += p.count as u64;
                         done.push(p.id);
                         continue;
                     }
                 },
                 Err(e) => {
                     tracing::warn!("read batch {} back from the spool: {e}; dropping it", p.id);
+                    self.lost += p.count as u64;
                     done.push(p.id);
                     continue;
                 }
@@ -681,6 +747,7 @@ impl Shipper {
         match spool.append_frames(frames, false) {
             Ok(Ok(at)) => {
                 self.unsynced = true;
+                self.spooled_any = true;
                 Some(at)
             }
             Ok(Err(_full)) => {
@@ -758,5 +825,16 @@ mod tests {
         let got: Vec<(Option<u32>, i32, u64)> = out.iter().map(|l| (l.rank, l.stream, l.seq)).collect();
         assert_eq!(got, vec![(None, 1, 11), (None, 2, 0), (Some(4), 1, 0)]);
         assert_eq!(stream_key(None, 2), "-/stderr");
+    }
+
+    #[test]
+    fn streams_the_server_did_not_name_start_at_the_sessions_offset() {
+        let line = |stream: i32, seq: u64| v1::LogLine { stream, seq, ..Default::default() };
+        let base = base_from(&[("3/stdout".to_string(), 10)].into(), 1 << 40);
+        let out = prepare_lines(&[line(1, 0), line(2, 5)], Some(3), &base, &HashMap::new());
+        let got: Vec<u64> = out.iter().map(|l| l.seq).collect();
+        assert_eq!(got, vec![10, (1 << 40) + 5]);
+        // A base spooled by an older agent has no offset: streams start at 0.
+        assert_eq!(base_of(&HashMap::new(), "3/stderr"), 0);
     }
 }

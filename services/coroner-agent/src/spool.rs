@@ -169,6 +169,8 @@ pub struct SpoolWriter {
     path: PathBuf,
     len: u64,
     max_bytes: u64,
+    /// Where the records start (what [`SpoolWriter::reset`] keeps).
+    header_len: u64,
 }
 
 /// The spool would grow past its size limit.
@@ -189,25 +191,37 @@ impl SpoolWriter {
         header.extend_from_slice(&crc32fast::hash(&s).to_le_bytes());
         file.write_all(&header)?;
         file.sync_data()?;
-        Ok(SpoolWriter { file, path: path.to_path_buf(), len: header.len() as u64, max_bytes })
+        let len = header.len() as u64;
+        Ok(SpoolWriter { file, path: path.to_path_buf(), len, max_bytes, header_len: len })
     }
 
     /// Continues an existing spool (one being replayed), whose file the caller has locked.
     pub fn reopen(file: File, path: &Path, valid_len: u64) -> io::Result<Self> {
         // Cut a torn tail so new records follow the last good one.
         file.set_len(valid_len)?;
-        Ok(SpoolWriter { file, path: path.to_path_buf(), len: valid_len, max_bytes: u64::MAX })
+        Ok(SpoolWriter { file, path: path.to_path_buf(), len: valid_len, max_bytes: u64::MAX, header_len: valid_len })
+    }
+
+    /// Cuts every record, keeping the header: for a spool whose records were all acknowledged,
+    /// so that its size limit bounds what is unacknowledged rather than all that was ever sent.
+    pub fn reset(&mut self) -> io::Result<()> {
+        self.file.set_len(self.header_len)?;
+        self.len = self.header_len;
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Appends one record, syncing it when `sync`; returns its offset, or `SpoolFull`.
+    /// Appends one record, syncing it when `sync`; returns its offset, or `SpoolFull`. The size
+    /// limit holds batches back; the small records about them (acknowledgements, the base, the
+    /// process end) are always written, so a full spool still replays correctly.
     pub fn append(&mut self, record: &Record, sync: bool) -> io::Result<Result<u64, SpoolFull>> {
         let body = record.encode();
         let total = 8 + body.len() as u64;
-        if self.len + total > self.max_bytes {
+        let batch = matches!(record, Record::Batch(_) | Record::RebasedBatch(_));
+        if batch && self.len + total > self.max_bytes {
             return Ok(Err(SpoolFull));
         }
         let mut frame = Vec::with_capacity(total as usize);
@@ -569,6 +583,20 @@ mod tests {
         bytes[at[0] as usize + 12] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
         assert!(w.read_batch_payload(at[0]).unwrap_err().to_string().contains("checksum"));
+    }
+
+    #[test]
+    fn a_reset_spool_keeps_its_header_and_takes_records_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a1.spool");
+        let mut w = SpoolWriter::create(&path, &session(), 200).unwrap();
+        w.append(&Record::Batch(batch(0, &[b'x'; 100])), true).unwrap().unwrap();
+        assert!(w.append(&Record::Batch(batch(1, &[b'y'; 100])), true).unwrap().is_err(), "full");
+        w.reset().unwrap();
+        w.append(&Record::Batch(batch(1, &[b'y'; 100])), true).unwrap().unwrap();
+        let c = read_spool(File::open(&path).unwrap()).unwrap();
+        assert_eq!(c.session, session());
+        assert_eq!(c.unacked().batches, vec![SpooledBatch { batch: batch(1, &[b'y'; 100]), rebased: false }]);
     }
 
     #[test]

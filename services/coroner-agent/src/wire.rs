@@ -59,7 +59,7 @@ pub fn encode_batch(
         let i = match ranges.iter().position(|(r, _)| r.rank == rank && r.stream == l.stream) {
             Some(i) => i,
             None => {
-                let offset = base.and_then(|b| b.get(&stream_key(rank, l.stream)).copied()).unwrap_or(0);
+                let offset = base.map_or(0, |b| crate::shipper::base_of(b, &stream_key(rank, l.stream)));
                 ranges.push((SeqRange { rank, stream: l.stream, first: offset + l.seq, last: 0 }, offset));
                 ranges.len() - 1
             }

@@ -24,7 +24,7 @@ struct Fake {
 impl Ingest for Fake {
     async fn open_session(&self, r: Request<v1::OpenSessionRequest>) -> Result<Response<v1::OpenSessionResponse>, Status> {
         self.sessions.lock().unwrap().push(r.into_inner());
-        Ok(Response::new(v1::OpenSessionResponse { session_id: "s1".into(), resume_from: self.resume_from.clone() }))
+        Ok(Response::new(v1::OpenSessionResponse { session_id: "s1".into(), resume_from: self.resume_from.clone(), seq_offset: 0 }))
     }
     async fn sync_clock(&self, r: Request<v1::ClockProbe>) -> Result<Response<v1::ClockProbe>, Status> {
         let mut p = r.into_inner();
@@ -174,4 +174,22 @@ async fn a_spool_of_rebased_batches_is_replayed_without_rebasing_again() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let got: Vec<(u64, Vec<u8>)> = fake.lines.lock().unwrap().iter().map(|l| (l.seq, l.raw.clone())).collect();
     assert_eq!(got, vec![(11, b"y".to_vec()), (11, b"second".to_vec())]);
+}
+
+/// A spool at its size limit starts over once the server has acknowledged everything in it (its
+/// limit bounds what is unacknowledged, not all that was ever sent), and no line is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_starts_over_once_everything_in_it_is_acknowledged() {
+    let (fake, server) = serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = "for i in $(seq 1 40); do seq 1 200; sleep 0.03; done";
+    let out = run_agent(server, dir.path().into(), &["--rank", "0", "--spool-max-bytes", "16384"], script).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("is full") && stderr.contains("spooling again"), "{stderr}");
+    assert!(!stderr.contains("dropped"), "{stderr}");
+    let mut seqs: Vec<u64> = fake.lines.lock().unwrap().iter().map(|l| l.seq).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs, (0..8000).collect::<Vec<u64>>());
 }

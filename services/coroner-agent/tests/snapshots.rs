@@ -19,7 +19,7 @@ struct Fake {
 #[tonic::async_trait]
 impl Ingest for Fake {
     async fn open_session(&self, _: Request<v1::OpenSessionRequest>) -> Result<Response<v1::OpenSessionResponse>, Status> {
-        Ok(Response::new(v1::OpenSessionResponse { session_id: "s1".into(), resume_from: Default::default() }))
+        Ok(Response::new(v1::OpenSessionResponse { session_id: "s1".into(), resume_from: Default::default(), seq_offset: 0 }))
     }
     async fn sync_clock(&self, r: Request<v1::ClockProbe>) -> Result<Response<v1::ClockProbe>, Status> {
         Ok(Response::new(r.into_inner()))
