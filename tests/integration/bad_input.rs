@@ -1,7 +1,49 @@
 //! Bad input gets a clear one-line error or a warning, and the rest is still analyzed.
+//!
+//! - `agent.rs`: the agent with a full spool and no server (routine lines dropped first, the job
+//!   never blocked, the count in the report), two agents claiming one rank at once, long lines,
+//!   invalid UTF-8 and NULs through a real agent;
+//! - `wire.rs`: garbage bytes on gRPC, ranks beyond the world size, 10 MB lines over the wire and
+//!   OTLP, snapshot names that climb out of a folder;
+//! - `bundle.rs`: junk in bundle folders (unknown and empty files, binary garbage, folders named
+//!   like files, links out of the folder, FIFOs, an absurd world size).
+
+mod agent;
+mod bundle;
+mod wire;
 
 use coroner_tests::binary;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `cmd` to its end, failing the test when it takes longer than `limit` (a hang).
+pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the command");
+    let (mut out, mut err) = (child.stdout.take().expect("stdout"), child.stderr.take().expect("stderr"));
+    let read_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut v);
+        v
+    });
+    let read_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut v);
+        v
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for the command") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: read_out.join().expect("stdout reader"), stderr: read_err.join().expect("stderr reader") }
+}
 
 fn analyze(args: &[&std::path::Path]) -> std::process::Output {
     Command::new(binary("coroner")).arg("analyze").args(args).output().expect("run coroner")

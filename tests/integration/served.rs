@@ -26,8 +26,13 @@ impl Served {
 
     /// Starts coronerd with extra flags.
     pub fn start_with(extra: &[&str]) -> Served {
+        Served::start_on(free_port(), extra)
+    }
+
+    /// Starts coronerd with its gRPC port chosen beforehand (agents already pointed at it).
+    pub fn start_on(grpc: u16, extra: &[&str]) -> Served {
         let data = tempfile::tempdir().expect("tempdir");
-        let (grpc, http) = (free_port(), free_port());
+        let http = free_port();
         let child = Command::new(binary("coronerd"))
             .arg("--data-dir")
             .arg(data.path())
