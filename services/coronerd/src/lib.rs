@@ -104,7 +104,13 @@ pub async fn start(
     let mut grpc_builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
-        .tcp_keepalive(Some(std::time::Duration::from_secs(60)));
+        .tcp_keepalive(Some(std::time::Duration::from_secs(60)))
+        // What one connection may have sent and the server not yet read: with the ingest budget
+        // spent, each agent's connection holds at most this much (hyper's default is 1 MiB per
+        // stream: a GiB for a thousand waiting agents). 256 KiB still fills ~250 MB/s per
+        // stream at a 1 ms round trip.
+        .initial_stream_window_size(Some(256 << 10))
+        .initial_connection_window_size(Some(512 << 10));
     if let Some(tls) = grpc_tls {
         grpc_builder = grpc_builder.tls_config(tls).context("the gRPC TLS certificate and key (--tls-cert, --tls-key)")?;
     }

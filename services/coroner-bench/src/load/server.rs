@@ -22,12 +22,15 @@ pub struct ServerProcess {
     memory: Arc<MemorySampler>,
 }
 
-/// Resident memory of whichever server process runs now.
+/// Resident memory of whichever server process runs now: all of it (`VmRSS`, which counts the
+/// index files' pages that searches and merges mapped) and the anonymous part (`RssAnon`: heap,
+/// buffers, queues - what the ingest budget bounds).
 #[derive(Default)]
 pub struct MemorySampler {
     pid: AtomicU32,
     peak_kb: AtomicU64,
     last_kb: AtomicU64,
+    peak_anon_kb: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -36,9 +39,10 @@ impl MemorySampler {
         while !self.stop.load(Relaxed) {
             let pid = self.pid.load(Relaxed);
             if pid != 0 {
-                if let Some(kb) = rss_kb(pid) {
-                    self.last_kb.store(kb, Relaxed);
-                    self.peak_kb.fetch_max(kb, Relaxed);
+                if let Some((rss, anon)) = rss_kb(pid) {
+                    self.last_kb.store(rss, Relaxed);
+                    self.peak_kb.fetch_max(rss, Relaxed);
+                    self.peak_anon_kb.fetch_max(anon, Relaxed);
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -52,12 +56,20 @@ impl MemorySampler {
     pub fn last_mb(&self) -> f64 {
         self.last_kb.load(Relaxed) as f64 / 1024.0
     }
+
+    pub fn peak_anon_mb(&self) -> f64 {
+        self.peak_anon_kb.load(Relaxed) as f64 / 1024.0
+    }
 }
 
-fn rss_kb(pid: u32) -> Option<u64> {
+/// `VmRSS` and `RssAnon` of a process, in KiB.
+fn rss_kb(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    Some((field("VmRSS:")?, field("RssAnon:").unwrap_or(0)))
 }
 
 /// `coronerd` beside the running executable, or `$CORONERD`.
@@ -117,7 +129,6 @@ impl ServerProcess {
             .arg("--http-addr")
             .arg(self.http.to_string())
             .args(&self.extra_args)
-            .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
