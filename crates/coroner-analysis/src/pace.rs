@@ -28,7 +28,8 @@ fn job_intervals(evidence: &JobEvidence) -> Vec<(u64, Nanos)> {
         steps.dedup_by_key(|(step, _)| *step);
         for w in steps.windows(2) {
             if w[1].0 == w[0].0 + 1 {
-                per_step.entry(w[0].0).or_default().push(w[1].1 - w[0].1);
+                // Times come from the wire or a file: the difference saturates.
+                per_step.entry(w[0].0).or_default().push(w[1].1.saturating_sub(w[0].1));
             }
         }
     }
@@ -172,5 +173,17 @@ mod tests {
         // One slow step (a checkpoint save) is not a slowdown.
         assert_eq!(slowdown_note(&job(&[500, 510, 505, 9000, 500, 502, 499, 501])), None);
         assert_eq!(slowdown_note(&job(&[2, 2])), None);
+    }
+
+    /// Found by fuzzing the ingest messages: step lines at opposite ends of the time range
+    /// (capture times come from the wire) overflowed the step interval (a panic in debug builds).
+    #[test]
+    fn step_times_at_the_ends_of_the_range_do_not_overflow() {
+        let mut ev = JobEvidence::default();
+        for step in 0..8u64 {
+            let at = if step % 2 == 0 { i64::MIN } else { i64::MAX };
+            ev.rank_mut(Rank(0)).steps.push(StepMark { step, capture_ns: at, printed_ns: None });
+        }
+        assert_eq!(slowdown_note(&ev), None);
     }
 }
