@@ -123,39 +123,26 @@ macro_rules! impl_lease_store {
                 ttl: std::time::Duration,
             ) -> Result<$crate::leases::LeaseGrant, $crate::StoreError> {
                 let err = |e| $crate::StoreError::query("take the job's lease", job.as_str(), e);
-                let granted = sqlx::query(&$crate::leases::acquire($now))
-                    .bind(job.as_str())
-                    .bind(&who.owner)
-                    .bind(&who.grpc_address)
-                    .bind(&who.http_address)
-                    .bind($crate::leases::ttl_param(ttl))
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(err)?;
-                if let Some(row) = granted {
-                    return Ok($crate::leases::LeaseGrant::Granted($crate::leases::lease_row(&row)?));
-                }
-                match self.lease_holder(job).await? {
-                    Some(l) => Ok($crate::leases::LeaseGrant::HeldBy(l)),
-                    // It expired between the two statements: try once more.
-                    None => {
-                        let row = sqlx::query(&$crate::leases::acquire($now))
-                            .bind(job.as_str())
-                            .bind(&who.owner)
-                            .bind(&who.grpc_address)
-                            .bind(&who.http_address)
-                            .bind($crate::leases::ttl_param(ttl))
-                            .fetch_optional(&self.pool)
-                            .await
-                            .map_err(err)?;
-                        match row {
-                            Some(row) => Ok($crate::leases::LeaseGrant::Granted($crate::leases::lease_row(&row)?)),
-                            None => self.lease_holder(job).await?.map($crate::leases::LeaseGrant::HeldBy).ok_or_else(|| {
-                                $crate::StoreError::Corrupt(format!("the lease of job {job} is neither free nor held"))
-                            }),
-                        }
+                // Two attempts: a lease that expired between the insert and the look-up is free
+                // on the second; a third miss means the table holds something impossible.
+                for _ in 0..2 {
+                    let granted = sqlx::query(&$crate::leases::acquire($now))
+                        .bind(job.as_str())
+                        .bind(&who.owner)
+                        .bind(&who.grpc_address)
+                        .bind(&who.http_address)
+                        .bind($crate::leases::ttl_param(ttl))
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(err)?;
+                    if let Some(row) = granted {
+                        return Ok($crate::leases::LeaseGrant::Granted($crate::leases::lease_row(&row)?));
+                    }
+                    if let Some(l) = self.lease_holder(job).await? {
+                        return Ok($crate::leases::LeaseGrant::HeldBy(l));
                     }
                 }
+                Err($crate::StoreError::Corrupt(format!("the lease of job {job} is neither free nor held")))
             }
 
             async fn renew_lease(
