@@ -2,7 +2,7 @@
 //! is validated here, once.
 
 use crate::v1;
-use coroner_model::{LogLine, Rank, Stream};
+use coroner_model::{FaultClass, LogLine, PastIncident, Rank, Stream, Suspect};
 
 /// Why a wire message cannot be accepted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -55,6 +55,61 @@ pub fn line_to_wire(line: &LogLine) -> v1::LogLine {
         raw: line.bytes.clone(),
         rank: line.rank.map(|r| r.0),
         file: String::new(),
+    }
+}
+
+/// A suspect host or GPU as `Query.ListSuspects` sends it.
+pub fn suspect_to_wire(s: Suspect) -> v1::Suspect {
+    v1::Suspect {
+        host: s.host,
+        gpu: s.gpu.unwrap_or_default(),
+        score: s.score,
+        expected: s.expected,
+        failures: s.failures,
+        hardware_failures: s.hardware_failures,
+        jobs_seen: s.jobs_seen,
+        flagged: s.flagged,
+        reason: s.reason,
+        incidents: s
+            .incidents
+            .into_iter()
+            .map(|i| v1::SuspectIncident {
+                job_id: i.job_id,
+                time: i.time,
+                fault_class: i.class.as_str().to_string(),
+                rank: i.rank.map(|r| r.0),
+                gpu: i.gpu.unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+/// A suspect as `coroner suspects` receives it (incidents are the culprit's own: `same`).
+pub fn suspect_from_wire(s: v1::Suspect) -> Suspect {
+    Suspect {
+        host: s.host,
+        gpu: (!s.gpu.is_empty()).then_some(s.gpu),
+        score: s.score,
+        expected: s.expected,
+        failures: s.failures,
+        hardware_failures: s.hardware_failures,
+        jobs_seen: s.jobs_seen,
+        flagged: s.flagged,
+        reason: s.reason,
+        incidents: s
+            .incidents
+            .into_iter()
+            .map(|i| PastIncident {
+                job_id: i.job_id,
+                time: i.time,
+                class: FaultClass::parse(&i.fault_class).unwrap_or(FaultClass::None),
+                same: true,
+                similarity: 1.0,
+                rank: i.rank.map(Rank),
+                host: None,
+                gpu: (!i.gpu.is_empty()).then_some(i.gpu),
+            })
+            .collect(),
     }
 }
 

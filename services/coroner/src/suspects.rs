@@ -2,7 +2,7 @@
 //! the evidence, for a person or a scheduler's drain logic (`--json`). Exit status 0 either way.
 
 use crate::remote::{connect, parse_time, status_message};
-use coroner_model::{FaultClass, PastIncident, Rank, Suspect};
+use coroner_model::Suspect;
 use coroner_proto::v1;
 use std::process::ExitCode;
 
@@ -21,34 +21,6 @@ pub fn parse_since(s: &str, now_ns: i64) -> anyhow::Result<i64> {
     })
 }
 
-fn from_wire(s: v1::Suspect) -> Suspect {
-    Suspect {
-        host: s.host,
-        gpu: (!s.gpu.is_empty()).then_some(s.gpu),
-        score: s.score,
-        expected: s.expected,
-        failures: s.failures,
-        hardware_failures: s.hardware_failures,
-        jobs_seen: s.jobs_seen,
-        flagged: s.flagged,
-        reason: s.reason,
-        incidents: s
-            .incidents
-            .into_iter()
-            .map(|i| PastIncident {
-                job_id: i.job_id,
-                time: i.time,
-                class: FaultClass::parse(&i.fault_class).unwrap_or(FaultClass::None),
-                same: true,
-                similarity: 1.0,
-                rank: i.rank.map(Rank),
-                host: None,
-                gpu: (!i.gpu.is_empty()).then_some(i.gpu),
-            })
-            .collect(),
-    }
-}
-
 pub async fn run(server: &str, since: Option<&str>, all: bool, json: bool) -> anyhow::Result<ExitCode> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -63,7 +35,7 @@ pub async fn run(server: &str, since: Option<&str>, all: bool, json: bool) -> an
         .into_inner()
         .suspects
         .into_iter()
-        .map(from_wire)
+        .map(coroner_proto::convert::suspect_from_wire)
         .collect();
     if json {
         println!("{}", serde_json::to_string_pretty(&list)?);

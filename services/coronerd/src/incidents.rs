@@ -6,7 +6,6 @@
 use coroner_analysis::{history, signature};
 use coroner_model::{HostCount, JobId, Report, Suspect, Verdict};
 use coroner_pipeline::JobPipeline;
-use coroner_proto::v1;
 use coroner_store::{Metastore, SignatureFilter, StoreError};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -127,27 +126,3 @@ pub async fn suspects(store: &Arc<dyn Metastore>, since_ns: Option<i64>, all: bo
     Ok(history::suspects(&failures, &jobs, all))
 }
 
-pub fn suspect_to_wire(s: Suspect) -> v1::Suspect {
-    v1::Suspect {
-        host: s.host,
-        gpu: s.gpu.unwrap_or_default(),
-        score: s.score,
-        expected: s.expected,
-        failures: s.failures,
-        hardware_failures: s.hardware_failures,
-        jobs_seen: s.jobs_seen,
-        flagged: s.flagged,
-        reason: s.reason,
-        incidents: s
-            .incidents
-            .into_iter()
-            .map(|i| v1::SuspectIncident {
-                job_id: i.job_id,
-                time: i.time,
-                fault_class: i.class.as_str().to_string(),
-                rank: i.rank.map(|r| r.0),
-                gpu: i.gpu.unwrap_or_default(),
-            })
-            .collect(),
-    }
-}

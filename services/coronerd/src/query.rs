@@ -271,7 +271,7 @@ impl Query for QueryService {
         let r = req.into_inner();
         let since = (r.since_ns != 0).then_some(r.since_ns);
         let list = crate::incidents::suspects(&self.jobs.store, since, r.all).await.map_err(ServiceError::from)?;
-        Ok(Response::new(v1::ListSuspectsResponse { suspects: list.into_iter().map(crate::incidents::suspect_to_wire).collect() }))
+        Ok(Response::new(v1::ListSuspectsResponse { suspects: list.into_iter().map(coroner_proto::convert::suspect_to_wire).collect() }))
     }
 }
 
