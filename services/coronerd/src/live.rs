@@ -62,7 +62,7 @@ impl Lag {
         if let Some(latest) = latest_capture {
             if self.newest.is_none_or(|n| latest > n) {
                 self.newest = Some(latest);
-                self.samples.push_back((now, (now - latest).clamp(0, LAG_MAX)));
+                self.samples.push_back((now, now.saturating_sub(latest).clamp(0, LAG_MAX)));
             }
         }
         while self.samples.front().is_some_and(|(t, _)| now - t > LAG_WINDOW) {
@@ -154,5 +154,19 @@ impl Liveness for LivenessService {
             tracing::info!(job = %job.id, rank = %rank, "asking the suspected rank's agent for a stack dump");
         }
         Ok(Response::new(v1::HeartbeatResponse { dump_stack }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_time_from_the_far_past_or_future_is_a_bounded_lag() {
+        // Capture times come from the wire: the extremes must not overflow the subtraction.
+        let mut lag = Lag::default();
+        assert_eq!(lag.observe(1_000, Some(i64::MIN)), LAG_MAX);
+        let mut lag = Lag::default();
+        assert_eq!(lag.observe(i64::MIN + 5, Some(i64::MAX)), 0);
     }
 }
