@@ -10,6 +10,7 @@
 //! causality, not by time. Offsets are never stored: they are recomputed from the evidence.
 
 use crate::evidence::JobEvidence;
+use crate::steps::StepTime;
 use coroner_model::{ClockEstimate, ClockSample, Nanos, Rank};
 use std::collections::BTreeMap;
 
@@ -136,17 +137,12 @@ fn from_steps(
     evidence: &JobEvidence,
     known: &BTreeMap<Rank, ClockEstimate>,
 ) -> BTreeMap<Rank, ClockEstimate> {
-    // Per rank: (step, when it was first printed), sorted by step, so two ranks are compared by
-    // a merge rather than a lookup per step (a 1,024-rank job prints millions of step lines).
-    let steps: BTreeMap<Rank, Vec<(u64, Nanos)>> = evidence
+    // Per rank: each step and when it was first captured, sorted by step (`steps.rs`), so two
+    // ranks are compared by a merge rather than a lookup per step.
+    let steps: BTreeMap<Rank, &[StepTime]> = evidence
         .ranks
         .iter()
-        .map(|(rank, ev)| {
-            let mut first: Vec<(u64, Nanos)> = ev.steps.iter().map(|s| (s.step, s.capture_ns)).collect();
-            first.sort_unstable();
-            first.dedup_by_key(|(step, _)| *step);
-            (*rank, first)
-        })
+        .map(|(rank, ev)| (*rank, ev.steps.times()))
         .filter(|(_, s)| !s.is_empty())
         .collect();
     let reference = steps
@@ -156,7 +152,7 @@ fn from_steps(
         .map(|(_, r)| r)
         .or_else(|| steps.keys().next().copied());
     let Some(reference) = reference else { return BTreeMap::new() };
-    let ref_steps = &steps[&reference];
+    let ref_steps = steps[&reference];
     let ref_est = known.get(&reference).cloned().unwrap_or(ClockEstimate {
         offset_ns: 0,
         uncertainty_ns: 0,
@@ -189,14 +185,14 @@ fn from_steps(
 }
 
 /// For every step both ranks printed: the reference's time minus the rank's.
-fn shared_step_diffs(reference: &[(u64, Nanos)], rank: &[(u64, Nanos)]) -> Vec<i64> {
+fn shared_step_diffs(reference: &[StepTime], rank: &[StepTime]) -> Vec<i64> {
     let (mut i, mut j, mut out) = (0, 0, Vec::new());
     while i < reference.len() && j < rank.len() {
-        match reference[i].0.cmp(&rank[j].0) {
+        match reference[i].step.cmp(&rank[j].step) {
             std::cmp::Ordering::Less => i += 1,
             std::cmp::Ordering::Greater => j += 1,
             std::cmp::Ordering::Equal => {
-                out.push(reference[i].1.saturating_sub(rank[j].1));
+                out.push(reference[i].first_capture_ns.saturating_sub(rank[j].first_capture_ns));
                 i += 1;
                 j += 1;
             }

@@ -1,6 +1,7 @@
 //! What the analysis reads: a job's typed events, process ends, clock samples and snapshot facts.
 //! Built by the pipeline (offline from files, online from agents); the analysis never sees lines.
 
+use crate::steps::StepLog;
 use coroner_model::{ClockSample, Event, EventKind, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
 use std::collections::BTreeMap;
 
@@ -37,9 +38,10 @@ pub struct RankEvidence {
     pub host: Option<String>,
     /// In capture order; progress lines are kept apart, in `steps`.
     pub events: Vec<Event>,
-    /// Every progress line, compact: most of a long job's events are steps, and the analysis needs
-    /// only their numbers and times (the clock alignment) and the last one's text.
-    pub steps: Vec<StepMark>,
+    /// The progress lines, compact and bounded (`steps.rs`): most of a long job's events are
+    /// steps, and the analysis needs only each step's first times (the clock alignment, the pace),
+    /// the highest step and the last one's text.
+    pub steps: StepLog,
     /// The latest progress line, whole, for the report's evidence.
     pub last_step: Option<Event>,
     pub lines: u64,
@@ -47,7 +49,7 @@ pub struct RankEvidence {
     pub last_capture_ns: Option<Nanos>,
 }
 
-/// One progress line: which step, and when.
+/// One progress line: which step, and when (what [`StepLog::push`] takes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepMark {
     pub step: u64,
@@ -71,7 +73,7 @@ impl RankEvidence {
 
     /// The highest step this rank reported.
     pub fn max_step(&self) -> Option<u64> {
-        self.steps.iter().map(|s| s.step).max()
+        self.steps.max_step()
     }
 }
 

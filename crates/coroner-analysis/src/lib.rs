@@ -23,9 +23,11 @@ pub mod progress;
 mod report;
 pub mod rules;
 pub mod signature;
+pub mod steps;
 pub mod text;
 
 pub use evidence::{JobEvidence, RankEvidence, StepMark};
+pub use steps::{StepLog, StepTime, MAX_STEPS_PER_RANK};
 pub use rules::{RuleSet, RulesError};
 
 use coroner_model::Report;

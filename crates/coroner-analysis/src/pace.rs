@@ -17,29 +17,33 @@ const SAMPLED_RANKS: usize = 32;
 /// Steps faster than this after the change are not worth a note.
 const MIN_SLOW_NS: i64 = 100_000_000;
 
-/// Per step number, the median over ranks of the time from that step's line to the next one's.
-fn job_intervals(evidence: &JobEvidence) -> Vec<(u64, Nanos)> {
+/// Per step number, the median over ranks of the time from that step's line to the next one's,
+/// and the widest stride the ranks' steps were kept at (`steps.rs`; 1 below the cap). A rank
+/// whose steps were thinned to every `s`th tells the mean time per step over each `s` steps.
+fn job_intervals(evidence: &JobEvidence) -> (Vec<(u64, Nanos)>, u64) {
     let mut per_step: std::collections::BTreeMap<u64, Vec<Nanos>> = std::collections::BTreeMap::new();
+    let mut widest = 1;
     // Ranks move in lockstep: a few spread over the job tell the pace as well as all of them.
     let every = (evidence.ranks.len() / SAMPLED_RANKS).max(1);
     for ev in evidence.ranks.values().step_by(every) {
-        let mut steps: Vec<(u64, Nanos)> = ev.steps.iter().map(|s| (s.step, s.printed_ns.unwrap_or(s.capture_ns))).collect();
-        steps.sort_unstable();
-        steps.dedup_by_key(|(step, _)| *step);
-        for w in steps.windows(2) {
-            if w[1].0 == w[0].0 + 1 {
+        let stride = ev.steps.stride();
+        widest = widest.max(stride);
+        let per = i64::try_from(stride).unwrap_or(i64::MAX);
+        for w in ev.steps.times().windows(2) {
+            if w[0].step.checked_add(stride) == Some(w[1].step) {
                 // Times come from the wire or a file: the difference saturates.
-                per_step.entry(w[0].0).or_default().push(w[1].1.saturating_sub(w[0].1));
+                per_step.entry(w[0].step).or_default().push(w[1].first_printed_ns.saturating_sub(w[0].first_printed_ns) / per);
             }
         }
     }
-    per_step
+    let intervals = per_step
         .into_iter()
         .map(|(step, mut v)| {
             v.sort_unstable();
             (step, v[v.len() / 2])
         })
-        .collect()
+        .collect();
+    (intervals, widest)
 }
 
 fn median(v: &[Nanos]) -> Nanos {
@@ -75,7 +79,7 @@ fn prefix_medians(v: impl Iterator<Item = Nanos>) -> Vec<Nanos> {
 
 /// A note when the job's step time changed for good, or None.
 pub fn slowdown_note(evidence: &JobEvidence) -> Option<String> {
-    let intervals = job_intervals(evidence);
+    let (intervals, stride) = job_intervals(evidence);
     if intervals.len() < 2 * MIN_INTERVALS {
         return None;
     }
@@ -98,10 +102,12 @@ pub fn slowdown_note(evidence: &JobEvidence) -> Option<String> {
         split -= 1;
     }
     let (before, after) = (median(&times[..split]), median(&times[split..]));
-    // The interval after step s ends at step s + 1: that is the first slow step.
+    // The interval after step s ends at step s + 1: that is the first slow step. In a job long
+    // enough for its steps to be thinned, the change lies within the stride after it.
     let first_slow = intervals[split].0 + 1;
+    let at = if stride > 1 { format!("about step {first_slow} (within {stride} steps)") } else { format!("step {first_slow}") };
     Some(format!(
-        "steps slowed down from step {first_slow} on: {} per step before, {} after, on every rank alike; in synchronous training every rank waits for the slowest, so the step lines do not name it - compare the ranks' compute time (flight recorder timings, py-spy, GPU utilisation)",
+        "steps slowed down from {at} on: {} per step before, {} after, on every rank alike; in synchronous training every rank waits for the slowest, so the step lines do not name it - compare the ranks' compute time (flight recorder timings, py-spy, GPU utilisation)",
         human(before),
         human(after)
     ))
@@ -162,8 +168,15 @@ mod tests {
         intervals.extend(vec![900i64; 100_000]);
         let started = std::time::Instant::now();
         let note = slowdown_note(&job(&intervals)).expect("a note");
-        assert!(note.starts_with("steps slowed down from step 100001 on"), "{note}");
         assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+        // 200,000 steps are kept every 256th (`steps.rs`): the note says how close it is, and
+        // the first slow step, 100001, lies within that.
+        let about = note.strip_prefix("steps slowed down from about step ").expect("an approximate step");
+        let (step, rest) = about.split_once(" (within ").expect("the stride");
+        let (step, stride): (u64, u64) = (step.parse().unwrap(), rest.split_once(' ').unwrap().0.parse().unwrap());
+        assert_eq!(stride, 256, "{note}");
+        assert!(step <= 100_001 && 100_001 < step + stride, "{note}");
+        assert!(note.contains("100 ms per step before, 900 ms after"), "{note}");
     }
 
     #[test]

@@ -203,11 +203,13 @@ impl JobPipeline {
         }
         for ev in evidence.ranks.values_mut() {
             ev.events.sort_by_key(|e| (e.capture_ns, e.line.seq));
-            ev.steps.sort_by_key(|s| s.capture_ns);
         }
         evidence.ends = self.ends(&evidence);
         evidence.snapshots.sort_by(|a, b| (a.rank, &a.kind, &a.name).cmp(&(b.rank, &b.kind, &b.name)));
         if let Some(note) = missing_dumps(&evidence) {
+            evidence.notes.push(note);
+        }
+        if let Some(note) = thinned_steps(&evidence) {
             evidence.notes.push(note);
         }
         evidence
@@ -297,6 +299,18 @@ fn missing_dumps(evidence: &JobEvidence) -> Option<String> {
         1 => Some(format!("flight recorder: rank {} left no dump (it died before its watchdog could dump, or never got that far)", missing[0])),
         _ => Some(format!("flight recorder: ranks {} left no dump (they died before their watchdogs could dump, or never got that far)", missing.join(", "))),
     }
+}
+
+/// When ranks printed more distinct steps than are kept (`coroner_analysis::steps`), the report
+/// says how coarse the step times behind its clock offsets and pace are.
+fn thinned_steps(evidence: &JobEvidence) -> Option<String> {
+    let thinned: Vec<u64> = evidence.ranks.values().map(|r| r.steps.stride()).filter(|s| *s > 1).collect();
+    let widest = thinned.iter().copied().max()?;
+    Some(format!(
+        "step times: {} rank(s) printed more than {} distinct steps; to bound memory their steps are sampled (one every {widest} steps at the coarsest), and the clock offsets and the pace are read from the sample",
+        thinned.len(),
+        coroner_analysis::MAX_STEPS_PER_RANK
+    ))
 }
 
 fn file_into(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) {
@@ -451,5 +465,61 @@ mod live_tests {
         assert!(report_before.live_findings.is_empty(), "attached only when the server says so");
         p.set_live_findings(found);
         assert_eq!(p.report(&RuleSet::builtin()).live_findings.len(), 1, "a running report carries them");
+    }
+}
+
+#[cfg(test)]
+mod step_bound_tests {
+    use super::*;
+    use coroner_analysis::MAX_STEPS_PER_RANK;
+
+    const S: i64 = 1_000_000_000;
+
+    /// The bug this bounds: coronerd's memory grew with every line a job printed, 250-300 bytes
+    /// per line under `coroner-bench load` (every progress line, and every checkpoint line naming a
+    /// step, was kept as a step mark, and copied again for every report).
+    #[test]
+    fn a_long_job_keeps_a_bounded_number_of_step_times_and_still_aligns_its_clocks() {
+        let mut p = JobPipeline::new("j");
+        p.set_world_size(2);
+        let skew = 3 * S; // rank 1's clock runs 3 s ahead
+        let steps = 20 * MAX_STEPS_PER_RANK as u64;
+        for step in 0..steps {
+            for rank in 0..2u32 {
+                let at = S * 1_790_000_000 + step as i64 * S / 10 + if rank == 1 { skew } else { 0 };
+                for (i, text) in [format!("[rank{rank}] step {step} loss 1.5"), format!("[rank{rank}] checkpoint shard 3 of 64 queued for step {step}")]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let seq = 2 * step + i as u64;
+                    p.push_line(LogLine { rank: Some(Rank(rank)), stream: Stream::Stdout, seq, capture_ns: at + i as i64, bytes: text.into_bytes() });
+                }
+            }
+        }
+        let ev = p.evidence();
+        for rank in 0..2 {
+            let log = &ev.ranks[&Rank(rank)].steps;
+            assert!(log.len() <= MAX_STEPS_PER_RANK, "rank {rank} keeps {} step times", log.len());
+            assert!(log.stride() > 1);
+            assert_eq!(log.marks(), 2 * steps, "every progress line was seen");
+            assert_eq!(log.max_step(), Some(steps - 1));
+        }
+        assert!(ev.notes.iter().any(|n| n.starts_with("step times: 2 rank(s) printed more than 1024 distinct steps")), "{:?}", ev.notes);
+        let report = p.report(&RuleSet::builtin());
+        let rank1 = report.ranks.iter().find(|r| r.rank == Rank(1)).expect("rank 1");
+        assert_eq!(rank1.last_step, Some(steps - 1), "the highest step is exact");
+        assert!((rank1.clock.offset_ns + skew).abs() <= 1_000_000, "{:?}", rank1.clock);
+        assert_eq!(rank1.clock.source, "steps");
+    }
+
+    #[test]
+    fn a_short_job_keeps_every_step_and_gets_no_note() {
+        let mut p = JobPipeline::new("j");
+        for step in 0..100u64 {
+            p.push_line(LogLine { rank: Some(Rank(0)), stream: Stream::Stdout, seq: step, capture_ns: S + step as i64, bytes: format!("step {step} loss 1.0").into_bytes() });
+        }
+        let ev = p.evidence();
+        assert_eq!((ev.ranks[&Rank(0)].steps.len(), ev.ranks[&Rank(0)].steps.stride()), (100, 1));
+        assert!(!ev.notes.iter().any(|n| n.starts_with("step times")));
     }
 }
