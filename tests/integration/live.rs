@@ -294,8 +294,16 @@ fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog()
                             failures.push(format!("{}: {:.1} s after the culprit's last line", j.name, replay_s - last_line));
                         }
                         let culprit = u64::from(j.culprit.unwrap());
-                        let page = http_get(http, &format!("/jobs/live-{}", j.name));
-                        if !page.contains("id=\"live-findings\"") || !page.contains(&format!("data-rank=\"{culprit}\"")) {
+                        // The page renders the job's current report, which may trail the watch
+                        // stream by a re-evaluation on a loaded machine: look for up to 5 s.
+                        let shows = |page: &str| page.contains("id=\"live-findings\"") && page.contains(&format!("data-rank=\"{culprit}\""));
+                        let asked = std::time::Instant::now();
+                        let mut page = http_get(http, &format!("/jobs/live-{}", j.name));
+                        while !shows(&page) && asked.elapsed() < std::time::Duration::from_secs(5) {
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                            page = http_get(http, &format!("/jobs/live-{}", j.name));
+                        }
+                        if !shows(&page) {
                             failures.push(format!("{}: the job page does not show the suspected hang", j.name));
                         }
                         match stack_of(&url, &format!("live-{}", j.name), culprit) {
