@@ -8,7 +8,6 @@ mod golden;
 mod hardware;
 mod incidents;
 mod live;
-mod load;
 mod otlp_metrics;
 mod query_api;
 mod served;

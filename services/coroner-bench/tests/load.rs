@@ -2,17 +2,26 @@
 //! that is killed with SIGKILL twice and restarted in place, while two agents' network is cut
 //! (silent, then reset). Every line must come back from the server exactly once.
 
-use coroner_tests::binary;
 use serde_json::Value;
+use std::path::PathBuf;
 use std::process::Command;
+
+/// This package's test makes cargo build `coroner-bench` (a test in another package would not);
+/// `coronerd` is built by the workspace's own tests and lies beside it.
+fn coronerd() -> PathBuf {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_coroner-bench"));
+    let path = bench.with_file_name("coronerd");
+    assert!(path.exists(), "{} is not built; run `cargo build --bins` (or `cargo test --workspace`) first", path.display());
+    path
+}
 
 #[test]
 fn killed_server_and_cut_agents_lose_and_duplicate_nothing() {
-    let out = Command::new(binary("coroner-bench"))
+    let out = Command::new(env!("CARGO_BIN_EXE_coroner-bench"))
         .args(["load", "--agents", "6", "--lines", "3000", "--rate", "1000", "--batch-lines", "200"])
         .args(["--kill-at", "0.25,0.6", "--down", "0.3", "--cut", "2", "--cut-at", "0.4", "--cut-for", "1.5"])
         .args(["--timeout", "240", "--json"])
-        .env("CORONERD", binary("coronerd"))
+        .env("CORONERD", coronerd())
         .output()
         .expect("run coroner-bench load");
     let stdout = String::from_utf8_lossy(&out.stdout);
