@@ -10,9 +10,10 @@
 //! | --- | --- |
 //! | `flight_recorder` | [`flight_recorder`]: PyTorch NCCL flight recorder pickles |
 //! | `state_dict` | [`state_dict`]: `torch.save` zips, names/shapes/dtypes only |
+//! | `state_dict_summary` | [`state_dict_summary`]: the crash hook's `state_dict.json` (metadata only, sharding) |
 //! | `nvidia_smi` | [`nvidia_smi`]: `nvidia-smi -q -x` XML |
 //! | `memory_summary` | [`memory_summary`]: `torch.cuda.memory_summary()` text |
-//! | `stack` | [`stack`]: crash hook `stack.txt`, faulthandler output |
+//! | `stack` | [`stack`]: crash hook `stack.txt` and `sigterm.stack.txt`, faulthandler output |
 //! | `core` | [`core`]: ELF core notes |
 //! | `kernel_log` | [`kernel_log`]: dmesg Xid / ECC / OOM-killer lines |
 
@@ -24,6 +25,7 @@ pub mod nvidia_smi;
 pub mod pickle;
 pub mod stack;
 pub mod state_dict;
+pub mod state_dict_summary;
 
 pub use flight_recorder::{FlightRecord, FrEntry, FrProgress};
 
@@ -39,7 +41,11 @@ pub enum SnapshotError {
 }
 
 /// The kind of a snapshot from its folder and file name (`flight_recorder`, `stack`,
-/// `memory_summary`, `state_dict`, `nvidia_smi`, `core`, `kernel_log`, `other`).
+/// `memory_summary`, `state_dict`, `state_dict_summary`, `nvidia_smi`, `core`, `kernel_log`,
+/// `other`). The crash hook's files: `rank<R>.stack.txt`, `rank<R>.sigterm.stack.txt` and
+/// `rank<R>.faulthandler.txt` (with `.p<pid>` before the suffix when a second process of the
+/// rank wrote one) are `stack`; `rank<R>.state_dict.json` is `state_dict_summary`;
+/// `rank<R>.state_dict.pt` and `rank<R>.optimizer.state_dict.pt` are `state_dict`.
 pub fn kind_of(folder: &str, name: &str) -> &'static str {
     let lower = name.to_ascii_lowercase();
     if folder == "flight_recorder" || lower.starts_with("nccl_trace_rank_") || lower.contains("flight_recorder") || lower.starts_with("fr_") {
@@ -48,6 +54,8 @@ pub fn kind_of(folder: &str, name: &str) -> &'static str {
         "stack"
     } else if lower.contains("memory_summary") {
         "memory_summary"
+    } else if lower.contains("state_dict") && lower.ends_with(".json") {
+        "state_dict_summary"
     } else if lower.contains("state_dict") || lower.ends_with(".pt") || lower.ends_with(".pth") {
         "state_dict"
     } else if lower.contains("nvidia-smi") && lower.ends_with(".xml") || lower.contains("nvidia_smi") {
@@ -77,9 +85,17 @@ pub fn highlights(kind: &str, name: &str, bytes: &[u8]) -> Result<Vec<String>, S
     Ok(match kind {
         "flight_recorder" => flight_recorder::parse(bytes)?.highlights(),
         "state_dict" => state_dict::parse(bytes)?.highlights(),
+        "state_dict_summary" => state_dict_summary::parse(bytes)?.highlights(),
         "nvidia_smi" => nvidia_smi::parse(bytes)?.highlights(),
         "memory_summary" => memory_summary::parse(bytes)?.highlights(),
-        "stack" => stack::parse(bytes)?.highlights(),
+        "stack" => {
+            let mut dump = stack::parse(bytes)?;
+            // faulthandler writes no reason of its own on SIGTERM; the hook's file name says it.
+            if dump.reason.is_none() && name.to_ascii_lowercase().contains("sigterm") {
+                dump.reason = Some("received SIGTERM".into());
+            }
+            dump.highlights()
+        }
         "core" => core::parse(bytes)?.highlights(),
         "kernel_log" => kernel_log::highlights(bytes),
         _ => Vec::new(),
@@ -135,6 +151,8 @@ fn sniff(b: &[u8]) -> &'static str {
         "core"
     } else if b.starts_with(b"PK\x03\x04") {
         "state_dict"
+    } else if b.first() == Some(&b'{') && text.contains(state_dict_summary::FORMAT) {
+        "state_dict_summary"
     } else if b.first() == Some(&0x80) {
         "flight_recorder"
     } else if text.contains("<nvidia_smi_log") {
@@ -160,6 +178,35 @@ mod tests {
         assert_eq!(kind_of("host", "dmesg-tail.txt"), "kernel_log");
         assert_eq!(kind_of("snapshots", "core.1234"), "core");
         assert_eq!(kind_of("host", "topo.txt"), "other");
+    }
+
+    /// Every file the crash hook writes (python/coroner_hook) gets the kind its reader needs.
+    #[test]
+    fn kinds_of_the_crash_hooks_files() {
+        for (name, kind) in [
+            ("rank3.stack.txt", "stack"),
+            ("rank3.sigterm.stack.txt", "stack"),
+            ("rank3.p4242.sigterm.stack.txt", "stack"),
+            ("rank3.faulthandler.txt", "stack"),
+            ("rank3.p4242.faulthandler.txt", "stack"),
+            ("rank3.memory_summary.txt", "memory_summary"),
+            ("rank3.state_dict.json", "state_dict_summary"),
+            ("rank3.state_dict.pt", "state_dict"),
+            ("rank3.optimizer.state_dict.pt", "state_dict"),
+        ] {
+            assert_eq!(kind_of("snapshots", name), kind, "{name}");
+        }
+        let json = include_bytes!("../../../tests/data/snapshots/rank3.state_dict.json");
+        assert_eq!(sniff(json), "state_dict_summary");
+        assert!(highlights("other", "upload.bin", json).unwrap()[0].starts_with("22 tensors"));
+    }
+
+    #[test]
+    fn a_sigterm_stack_says_it_was_sigterm() {
+        let dump = b"Current thread 0x00007f6df2c94b80 (most recent call first):\n  File \"/opt/job/train.py\", line 12 in <module>\n";
+        let h = highlights("stack", "rank3.sigterm.stack.txt", dump).unwrap();
+        assert_eq!(h, vec!["reason: received SIGTERM", "1 threads, 1 with Python frames; current thread in <module> (/opt/job/train.py:12)"]);
+        assert_eq!(highlights("stack", "rank3.faulthandler.txt", dump).unwrap().len(), 1, "no reason invented for other dumps");
     }
 
     #[test]
