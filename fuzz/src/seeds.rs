@@ -182,6 +182,7 @@ pub fn ingest() -> Seeds {
                 signal: rec.and_then(|r| r.get("signal")).and_then(|c| c.as_i64()).map(|c| c as i32),
                 at_ns: 1_796_029_200_000_000_000,
                 dropped_lines: 0,
+                notes: Vec::new(),
             };
             seed.extend(frame(Tag::ProcessExit, &exit.encode_to_vec()));
             out.push((format!("{}-rank{rank}", name(&dir)), seed));

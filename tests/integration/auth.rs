@@ -147,6 +147,38 @@ fn an_agent_with_the_write_token_ships() {
 }
 
 #[test]
+fn the_child_never_sees_the_agents_token() {
+    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    let spool = tempfile::tempdir().expect("tempdir");
+    // A training script that prints its whole environment into the job's logs.
+    let out = Command::new(binary("coroner-agent"))
+        .args(["run", "--job", "auth-env", "--rank", "0", "--world-size", "1"])
+        .args(["--server", &g.grpc_url, "--linger", "5", "--quiet"])
+        .arg("--spool-dir")
+        .arg(spool.path())
+        .args(["--", "sh", "-c", "env; echo env-printed"])
+        .env("CORONER_TOKEN", WRITE)
+        .output()
+        .expect("run coroner-agent");
+    assert!(out.status.success());
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("env-printed") && printed.contains("CORONER_JOB=auth-env"), "{printed}");
+    assert!(!printed.contains(WRITE), "the child saw the write token:\n{printed}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = g.coroner(Some(READ), &["search", "auth-env", "env-printed"]);
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("env-printed") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent's lines never arrived: {}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let found = g.coroner(Some(READ), &["search", "auth-env", &format!("\"{WRITE}\"")]);
+    assert!(found.status.success(), "{}", stderr(&found));
+    assert!(!String::from_utf8_lossy(&found.stdout).contains(WRITE), "a read user finds the write token in the logs");
+}
+
+#[test]
 fn http_needs_the_read_token() {
     let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
     let (status, head, body) = g.get("/api/jobs", &[]);

@@ -1,5 +1,6 @@
 //! coroner's integration tests, compiled into one binary.
 
+mod agent_fail_safe;
 mod auth;
 mod bad_input;
 mod compose;

@@ -120,6 +120,12 @@ impl Sequencer {
         Sequencer { filer, next_seq: HashMap::new(), queue }
     }
 
+    /// A sequencer that goes on numbering where another left off: `next` holds the next number
+    /// of each (rank, stream) (the shipper taking over the pass-through from a dead supervisor).
+    pub fn continuing(filer: Option<RankFiler>, queue: Arc<LineQueue>, next: HashMap<(Option<u32>, Stream), u64>) -> Self {
+        Sequencer { filer, next_seq: next, queue }
+    }
+
     /// Numbers and queues the lines of one read, in order, under one queue lock.
     pub fn accept_all(&mut self, stream: Stream, lines: impl IntoIterator<Item = SplitLine>) {
         let wire_stream = stream_to_wire(stream) as i32;
@@ -148,7 +154,10 @@ impl Sequencer {
 /// Runs on its own thread; returns when the pipe closes (every writer has exited).
 ///
 /// Every read is written through at once (one `write` and a flush, before any line is
-/// queued), so the passthrough is byte-exact and never waits for a line to complete.
+/// queued), so the passthrough is byte-exact and never waits for a line to complete. Capture
+/// is the part that may go wrong (a bug, a poisoned lock): it runs under `catch_unwind`, and if
+/// it ever panics this pump goes on passing bytes through and captures no more. The pipe is
+/// read to its end whatever happens, so the child never blocks on a full pipe nobody reads.
 pub fn pump(
     mut src: impl Read,
     mut dst: impl Write,
@@ -159,6 +168,7 @@ pub fn pump(
     let mut buf = BytesMut::new();
     let mut lines = Vec::new();
     let mut passthrough_ok = true;
+    let mut capturing = true;
     loop {
         if buf.capacity() < READ_SIZE / 4 {
             // Earlier reads are shared with queued lines: start a new buffer (the old one is
@@ -191,15 +201,34 @@ pub fn pump(
                 passthrough_ok = false;
             }
         }
-        splitter.push(&chunk, now, &mut |l| lines.push(l));
-        if !lines.is_empty() {
-            let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
-            s.accept_all(stream, lines.drain(..));
+        if capturing {
+            capturing = guarded(stream, || {
+                splitter.push(&chunk, now, &mut |l| lines.push(l));
+                if !lines.is_empty() {
+                    let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
+                    s.accept_all(stream, lines.drain(..));
+                }
+            });
         }
     }
-    splitter.finish(&mut |l| lines.push(l));
-    let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
-    s.accept_all(stream, lines.drain(..));
+    if capturing {
+        guarded(stream, || {
+            splitter.finish(&mut |l| lines.push(l));
+            let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
+            s.accept_all(stream, lines.drain(..));
+        });
+    }
+}
+
+/// Runs one capture step; false (and a warning) if it panicked.
+fn guarded(stream: Stream, step: impl FnOnce()) -> bool {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(step)) {
+        Ok(()) => true,
+        Err(_) => {
+            tracing::error!("capturing the child's {} failed; its output still passes through but is no longer shipped", stream.as_str());
+            false
+        }
+    }
 }
 
 #[cfg(test)]

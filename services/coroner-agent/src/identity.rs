@@ -4,7 +4,6 @@
 //! variables that torchrun, Slurm, Open MPI and PMIx set for each task. Everything here takes the
 //! environment as a lookup function so tests can pass a map instead of mutating the process env.
 
-use anyhow::{bail, Context, Result};
 use coroner_model::{HostId, JobId, Rank};
 
 /// What the user passed explicitly; `None` means "read the launcher's environment".
@@ -32,36 +31,52 @@ const RANK_VARS: &[&str] = &["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PM
 const LOCAL_RANK_VARS: &[&str] = &["LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"];
 const WORLD_SIZE_VARS: &[&str] = &["WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"];
 
-/// Resolves the identity from explicit values and an environment lookup.
-pub fn resolve(explicit: &Explicit, env: impl Fn(&str) -> Option<String>, host: &str) -> Result<Identity> {
-    let job_text = match explicit.job.clone().or_else(|| job_from_env(&env)) {
-        Some(job) => job,
-        None => bail!(
-            "no job id: pass --job ID (or set CORONER_JOB); none of TORCHELASTIC_RUN_ID, SLURM_JOB_ID, \
-             OMPI_MCA_orte_job_id or PMIX_NAMESPACE is set"
-        ),
+/// Resolves the identity from explicit values and an environment lookup. Never fails: the agent
+/// must run the command whatever its environment says, so a missing job id becomes one made up
+/// from the host, the launcher and the start time (`started` is `YYYYmmddTHHMMSS`), a value that
+/// is not a number is ignored, and each such decision comes back as a warning for stderr and the
+/// report.
+pub fn resolve(
+    explicit: &Explicit,
+    env: impl Fn(&str) -> Option<String>,
+    host: &str,
+    started: &str,
+    pid: u32,
+) -> (Identity, Vec<String>) {
+    let mut warnings = Vec::new();
+    let launcher = launcher_from_env(&env);
+    let made_up = || made_up_job(host, launcher, started, pid);
+    let job = match explicit.job.clone().or_else(|| job_from_env(&env)) {
+        Some(text) => match JobId::parse(&text) {
+            Ok(job) => job,
+            Err(e) => {
+                let job = made_up();
+                warnings.push(format!("the job id {text:?} cannot be used ({e}); shipping as job {job}"));
+                job
+            }
+        },
+        None => {
+            let job = made_up();
+            warnings.push(format!(
+                "no job id (none of --job, CORONER_JOB, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, OMPI_MCA_orte_job_id, \
+                 PMIX_NAMESPACE is set); shipping as job {job}"
+            ));
+            job
+        }
     };
-    let job = JobId::parse(&job_text).with_context(|| format!("use job id {job_text:?}"))?;
-    let rank = match explicit.rank {
-        Some(r) => Some(r),
-        None => first_u32(&env, RANK_VARS)?,
-    };
-    let local_rank = match explicit.local_rank {
-        Some(r) => Some(r),
-        None => first_u32(&env, LOCAL_RANK_VARS)?,
-    };
-    let world_size = match explicit.world_size {
-        Some(r) => Some(r),
-        None => first_u32(&env, WORLD_SIZE_VARS)?,
-    };
-    Ok(Identity {
-        job,
-        rank: rank.map(Rank),
-        local_rank,
-        world_size,
-        host: HostId(host.to_string()),
-        launcher: launcher_from_env(&env),
-    })
+    let rank = explicit.rank.or_else(|| first_u32(&env, RANK_VARS, &mut warnings));
+    let local_rank = explicit.local_rank.or_else(|| first_u32(&env, LOCAL_RANK_VARS, &mut warnings));
+    let world_size = explicit.world_size.or_else(|| first_u32(&env, WORLD_SIZE_VARS, &mut warnings));
+    let identity = Identity { job, rank: rank.map(Rank), local_rank, world_size, host: HostId(host.to_string()), launcher };
+    (identity, warnings)
+}
+
+/// The job id an agent uses when nothing names one: where and when it started, findable with
+/// `coroner jobs` (`<host>-<launcher>-<start>-<pid>`, in the job-id alphabet).
+fn made_up_job(host: &str, launcher: &str, started: &str, pid: u32) -> JobId {
+    let host: String = sanitize(host).chars().take(64).collect();
+    let text = format!("{host}-{launcher}-{started}-{pid}");
+    JobId::parse(&text).unwrap_or_else(|_| JobId::parse(&format!("agent-{started}-{pid}")).expect("digits and letters are a valid job id"))
 }
 
 fn non_empty(env: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
@@ -97,14 +112,17 @@ fn sanitize(id: &str) -> String {
     s.trim_start_matches('.').to_string()
 }
 
-fn first_u32(env: &impl Fn(&str) -> Option<String>, names: &[&str]) -> Result<Option<u32>> {
+/// The first of `names` that is set, as a number; a value that is not one is ignored (and said).
+fn first_u32(env: &impl Fn(&str) -> Option<String>, names: &[&str], warnings: &mut Vec<String>) -> Option<u32> {
     for name in names {
         if let Some(v) = non_empty(env, name) {
-            let n = v.parse::<u32>().with_context(|| format!("read {name}={v:?} as a number"))?;
-            return Ok(Some(n));
+            match v.parse::<u32>() {
+                Ok(n) => return Some(n),
+                Err(_) => warnings.push(format!("{name}={v:?} is not a number; ignored")),
+            }
         }
     }
-    Ok(None)
+    None
 }
 
 fn launcher_from_env(env: &impl Fn(&str) -> Option<String>) -> &'static str {
@@ -136,6 +154,8 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    const T: &str = "20261201T145531";
+
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> =
             pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -150,7 +170,7 @@ mod tests {
             ("LOCAL_RANK", "1"),
             ("WORLD_SIZE", "8"),
         ]);
-        let id = resolve(&Explicit::default(), env, "node7").unwrap();
+        let id = resolve(&Explicit::default(), env, "node7", T, 1).0;
         assert_eq!(id.job.as_str(), "run42");
         assert_eq!(id.rank, Some(Rank(5)));
         assert_eq!((id.local_rank, id.world_size), (Some(1), Some(8)));
@@ -167,7 +187,7 @@ mod tests {
             ("SLURM_LOCALID", "3"),
             ("SLURM_NTASKS", "16"),
         ]);
-        let id = resolve(&Explicit::default(), env, "h").unwrap();
+        let id = resolve(&Explicit::default(), env, "h", T, 1).0;
         assert_eq!(id.job.as_str(), "1234_0");
         assert_eq!((id.rank, id.local_rank, id.world_size), (Some(Rank(3)), Some(3), Some(16)));
         assert_eq!(id.launcher, "slurm");
@@ -180,7 +200,7 @@ mod tests {
             ("OMPI_COMM_WORLD_RANK", "2"),
             ("OMPI_COMM_WORLD_SIZE", "4"),
         ]);
-        let id = resolve(&Explicit::default(), env, "h").unwrap();
+        let id = resolve(&Explicit::default(), env, "h", T, 1).0;
         assert_eq!(id.job.as_str(), "prterun-host-1234_1");
         assert_eq!((id.rank, id.world_size), (Some(Rank(2)), Some(4)));
         assert_eq!(id.launcher, "mpirun");
@@ -190,21 +210,35 @@ mod tests {
     fn explicit_values_win_over_the_environment() {
         let env = env_of(&[("SLURM_JOB_ID", "1"), ("SLURM_PROCID", "3"), ("CORONER_JOB", "env-job")]);
         let explicit = Explicit { job: Some("mine".into()), rank: Some(0), ..Default::default() };
-        let id = resolve(&explicit, env, "h").unwrap();
+        let id = resolve(&explicit, env, "h", T, 1).0;
         assert_eq!((id.job.as_str(), id.rank), ("mine", Some(Rank(0))));
-        let id = resolve(&Explicit::default(), env_of(&[("CORONER_JOB", "env-job")]), "h").unwrap();
+        let id = resolve(&Explicit::default(), env_of(&[("CORONER_JOB", "env-job")]), "h", T, 1).0;
         assert_eq!((id.job.as_str(), id.rank), ("env-job", None));
     }
 
     #[test]
-    fn no_job_anywhere_asks_for_job_flag() {
-        let err = resolve(&Explicit::default(), env_of(&[("RANK", "0")]), "h").unwrap_err();
-        assert!(err.to_string().contains("--job"), "{err}");
+    fn no_job_anywhere_makes_one_from_host_launcher_and_start() {
+        let (id, warnings) = resolve(&Explicit::default(), env_of(&[("RANK", "0")]), "gpu-node/7", T, 42);
+        assert_eq!(id.job.as_str(), "gpu-node_7-none-20261201T145531-42");
+        assert_eq!(id.rank, Some(Rank(0)));
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("no job id") && warnings[0].contains(id.job.as_str()), "{warnings:?}");
     }
 
     #[test]
-    fn a_rank_that_is_not_a_number_is_an_error() {
-        let err = resolve(&Explicit::default(), env_of(&[("CORONER_JOB", "j"), ("RANK", "x")]), "h");
-        assert!(err.is_err());
+    fn a_job_id_outside_the_alphabet_is_replaced_and_said() {
+        let explicit = Explicit { job: Some("my job/1".into()), ..Default::default() };
+        let (id, warnings) = resolve(&explicit, env_of(&[]), "h", T, 1);
+        assert_eq!(id.job.as_str(), "h-none-20261201T145531-1");
+        assert!(warnings[0].contains("my job/1"), "{warnings:?}");
+    }
+
+    #[test]
+    fn a_rank_that_is_not_a_number_is_ignored_and_said() {
+        let (id, warnings) = resolve(&Explicit::default(), env_of(&[("CORONER_JOB", "j"), ("RANK", "x"), ("SLURM_PROCID", "4")]), "h", T, 1);
+        assert_eq!(id.rank, Some(Rank(4)), "the next variable that holds a number is used");
+        assert_eq!(warnings, vec!["RANK=\"x\" is not a number; ignored".to_string()]);
+        let (id, _) = resolve(&Explicit::default(), env_of(&[("CORONER_JOB", "j"), ("RANK", "abc")]), "h", T, 1);
+        assert_eq!(id.rank, None);
     }
 }

@@ -15,12 +15,13 @@ use coroner_proto::auth::Channel;
 /// How long one replay may wait for its acknowledgements.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn replay(channel: Channel, path: PathBuf, file: File) {
+/// Ships one orphaned spool; true when everything in it was acknowledged (the file is then gone).
+pub async fn replay(channel: Channel, path: PathBuf, file: File) -> bool {
     let contents = match read_spool(&file) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("cannot replay the spool {}: {e}", path.display());
-            return;
+            return false;
         }
     };
     if let Some(why) = &contents.corrupt {
@@ -29,7 +30,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
     let unacked = contents.unacked();
     if unacked.batches.is_empty() && unacked.exit.is_none() {
         let _ = std::fs::remove_file(&path);
-        return;
+        return true;
     }
     // The earlier agent's lane, when it learnt one (a spool it never shipped from gets a new one).
     let mut request = contents.session.clone();
@@ -39,14 +40,14 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("replay {}: {e}", path.display());
-            return;
+            return false;
         }
     };
     let mut writer = match SpoolWriter::reopen(file, &path, contents.valid_len) {
         Ok(w) => w,
         Err(e) => {
             tracing::warn!("reopen the spool {}: {e}", path.display());
-            return;
+            return false;
         }
     };
     let base = match contents.base() {
@@ -73,7 +74,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
         let batch = v1::LogBatch { session_id: conn.session_id.clone(), batch_id: b.batch_id, lines, clock: Vec::new(), spool_backlog: 0 };
         if tokio::time::timeout_at(deadline, conn.tx.send(Outgoing::message(&batch))).await.map_or(true, |r| r.is_err()) {
             tracing::warn!("replay {}: the server stopped taking batches", path.display());
-            return;
+            return false;
         }
         outstanding.insert(b.batch_id);
     }
@@ -86,7 +87,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
             }
             _ => {
                 tracing::warn!("replay {}: {} batches unacknowledged; keeping the spool", path.display(), outstanding.len());
-                return;
+                return false;
             }
         }
     }
@@ -99,10 +100,11 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) {
             }
             _ => {
                 tracing::warn!("replay {}: the process end was not acknowledged; keeping the spool", path.display());
-                return;
+                return false;
             }
         }
     }
     tracing::info!("replayed {lines_sent} lines from an earlier agent's spool {}", path.display());
     let _ = writer.remove();
+    true
 }

@@ -17,7 +17,8 @@
 //!   spooled too, and named when reopening (`OpenSessionRequest.seq_offset`), so the instance
 //!   keeps its lane. After a reconnect, lines below `resume_from` are not resent.
 //! - **Reconnect:** on any error the connection is dropped, every unacked batch is marked unsent,
-//!   and a new connection is tried with exponential backoff (0.2 s doubling to 5 s).
+//!   and a new connection is tried with exponential backoff (0.2 s doubling to 5 s), each delay
+//!   drawn at random from its upper half so agents that lost one server do not return in lockstep.
 //! - **Clock:** while connected, a `SyncClock` probe every 5 s; samples ride in the next batch.
 //! - **Replay:** on the first connection, orphaned spools of earlier agents with the same job and
 //!   rank key are shipped under their own sessions before this agent opens its own.
@@ -189,6 +190,12 @@ impl std::fmt::Display for ConnectError {
             ConnectError::Failed(s) => f.write_str(s),
         }
     }
+}
+
+/// A reconnect delay of between half and all of `backoff`, at random: thousands of agents that
+/// lost one coronerd together do not all come back in the same instant.
+pub fn jittered(backoff: Duration) -> Duration {
+    backoff.mul_f64(0.5 + 0.5 * fastrand::f64())
 }
 
 /// The server list of [`Config::server`].
@@ -381,7 +388,7 @@ impl Shipper {
                                     tracing::warn!("{e}; will retry, spooling to {}", spool.as_deref().unwrap_or("memory only"));
                                     warned = true;
                                 }
-                                next_connect = Instant::now() + backoff;
+                                next_connect = Instant::now() + jittered(backoff);
                                 backoff = (backoff * 2).min(Duration::from_secs(5));
                             }
                         }
@@ -410,7 +417,7 @@ impl Shipper {
                         if exit_state == ExitState::InFlight {
                             exit_state = ExitState::NotSent;
                         }
-                        next_connect = Instant::now() + backoff;
+                        next_connect = Instant::now() + jittered(backoff);
                     }
                 },
                 _ = queue.notify.notified() => {}
@@ -422,7 +429,7 @@ impl Shipper {
             if let Some(f) = &finishing {
                 if !exit_spooled {
                     let mut exit = f.exit.clone();
-                    exit.dropped_lines = self.dropped();
+                    exit.dropped_lines = f.exit.dropped_lines.saturating_add(self.dropped());
                     self.exit_in_spool = self.spool_append(&Record::Exit(exit), true).is_some() && exit_state != ExitState::Acked;
                     exit_spooled = true;
                 }
@@ -449,7 +456,7 @@ impl Shipper {
                     exit_state = ExitState::InFlight;
                     let mut exit = f.exit.clone();
                     exit.session_id = c.session_id.clone();
-                    exit.dropped_lines = self.dropped();
+                    exit.dropped_lines = f.exit.dropped_lines.saturating_add(self.dropped());
                     let (mut client, tx, g) = (c.client.clone(), self.events_tx.clone(), gen);
                     tokio::spawn(async move {
                         let ok = tokio::time::timeout(Duration::from_secs(5), client.report_exit(exit))
@@ -461,7 +468,10 @@ impl Shipper {
             }
             if let Some(f) = &finishing {
                 let done = self.pending.is_empty() && self.queue.is_empty() && exit_state == ExitState::Acked;
-                if done || Instant::now() >= f.deadline {
+                // No server to wait for: the spool holds everything (lines and the end) already,
+                // and holding the launcher for the linger would buy nothing.
+                let unreachable = conn.is_none() && warned && self.queue.is_empty() && self.spool.is_some() && !self.spool_full;
+                if done || unreachable || Instant::now() >= f.deadline {
                     break;
                 }
             }

@@ -118,6 +118,7 @@ pub async fn run(server: &str, paths: &[PathBuf], job: &str, hosts: &Hosts) -> a
                     signal: end.signal,
                     at_ns: end.at_ns.unwrap_or(0),
                     dropped_lines: 0,
+                    notes: Vec::new(),
                 })
                 .await
                 .context("report a process end")?;

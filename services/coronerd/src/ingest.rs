@@ -125,6 +125,9 @@ impl Ingest for IngestService {
             if let Some(base) = r.node_rank_base {
                 p.set_node_rank_base(base);
             }
+            for note in &r.notes {
+                p.add_note(agent_note(&r.host, r.rank, note));
+            }
         });
         // Which lane of sequence numbers this session numbers in (`job/claims.rs`).
         let granted = job.claim(&crate::job::claims::Opening {
@@ -225,6 +228,13 @@ impl Ingest for IngestService {
         self.metrics.dropped_lines_reported.fetch_add(r.dropped_lines, Relaxed);
         if r.rank.is_none() || r.rank.map(Rank) == session.rank {
             session.job.end_claim(&r.session_id);
+        }
+        if !r.notes.is_empty() {
+            session.job.update(|p| r.notes.iter().for_each(|n| p.add_note(agent_note(&session.host, r.rank, n))));
+        }
+        if r.exit_code.is_none() && r.signal.is_none() {
+            // The agent lost sight of the process: nothing is known of its end but the notes.
+            return Ok(Response::new(v1::ExitAck {}));
         }
         let Some(rank) = r.rank.map(Rank).or(session.rank) else {
             // A launcher agent's own end: the workers' ends come from their own reports or the launcher's table.
@@ -341,4 +351,21 @@ async fn submit_batch(
         }
     }
     session.job.submit(lines, session.host.clone()).await
+}
+
+/// A note an agent sent, as the report shows it: which agent said it, capped in length (an
+/// agent's text is untrusted).
+fn agent_note(host: &str, rank: Option<u32>, note: &str) -> String {
+    const MAX: usize = 1000;
+    let who = match rank {
+        Some(r) => format!("rank {r}'s agent on {host}"),
+        None => format!("the agent on {host}"),
+    };
+    let mut note = note.trim().to_string();
+    if note.len() > MAX {
+        let cut = (0..=MAX).rev().find(|i| note.is_char_boundary(*i)).unwrap_or(0);
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    format!("{who}: {note}")
 }

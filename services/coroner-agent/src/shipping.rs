@@ -1,0 +1,361 @@
+//! The shipper process (`coroner-agent shipper`, shown as `coroner-shipper`), started by the
+//! supervisor with the feed on fd 3 and copies of the child's stdout and stderr pipes on fds 4
+//! and 5. Everything that talks to the world lives here: the spool, the gRPC shipper, clock
+//! probes, heartbeats and stack-dump requests, GPU sampling, the snapshot watcher, and the
+//! failure-time collection of GPU and kernel state.
+//!
+//! It reads the plan, then lines, then the child's end from the feed. If the feed ends without
+//! an end, the supervisor is gone (killed, OOM-killed): the shipper **takes over the
+//! pass-through**, reading the child's pipes itself and writing them to the same stdout and
+//! stderr, numbering on where the supervisor stopped, until the child closes them. How the child
+//! ended is then unknown (only its parent could wait for it), and the report says so.
+//!
+//! It never lets a terminal's or a scheduler's signal stop it (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+//! SIGUSR1, SIGUSR2 are caught and ignored: the supervisor tells it when the child ended). Once
+//! the child has ended it delivers for at most the linger, then stops writing to the job's stdout
+//! and stderr (so whoever reads them to their end is not held) and finishes uploading snapshots,
+//! for at most [`COLLECT_LIMIT`] more.
+
+use crate::capture::{self, now_ns, Sequencer};
+use crate::feed::{self, End, Record};
+use crate::launcher::RankFiler;
+use crate::plan::Plan;
+use crate::queue::{Line, LineQueue};
+use crate::{collect, gpu_sampler, heartbeat, shipper, snapshots, spool};
+use coroner_model::Stream;
+use coroner_proto::v1;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::os::fd::{FromRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where the supervisor puts the feed and the copies of the child's pipes.
+const FEED_FD: RawFd = 3;
+const CHILD_OUT_FD: RawFd = 4;
+const CHILD_ERR_FD: RawFd = 5;
+/// Closed once what could be delivered was (the supervisor waits for that, not for our exit).
+const DELIVERED_FD: RawFd = 6;
+
+/// The in-memory queue between the feed and the shipper, which spools it as fast as the disk
+/// takes it (see `queue.rs`).
+const QUEUE_LINES: usize = 32 * 1024;
+const QUEUE_BYTES: usize = 4 << 20;
+/// How long each failure-time collector (nvidia-smi, dmesg) may take.
+pub const COLLECT_LIMIT: Duration = Duration::from_secs(5);
+
+/// How the feed ended.
+enum Ending {
+    /// The supervisor saw the child end.
+    Ended(End),
+    /// The supervisor is gone; the pass-through was taken over until the pipes closed.
+    Orphaned,
+}
+
+/// Runs the shipper process; returns its exit code.
+pub fn run() -> i32 {
+    set_process_name(c"coroner-shipper");
+    let stop_asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
+        let _ = signal_hook::flag::register(sig, stop_asked.clone());
+    }
+    // SAFETY: SIGXFSZ would kill us when a file-size limit is hit; ignored, the write fails with
+    // EFBIG instead, which the spool handles like a full disk.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+    let Some(feed) = take_fd(FEED_FD) else {
+        eprintln!("coroner-shipper: no feed on fd {FEED_FD}; this command is started by `coroner-agent run`");
+        return 2;
+    };
+    let pipes = (take_fd(CHILD_OUT_FD), take_fd(CHILD_ERR_FD));
+    let delivered = take_fd(DELIVERED_FD);
+    let mut reader = BufReader::with_capacity(1 << 20, feed);
+    let plan = match feed::read_record(&mut reader) {
+        Ok(Some(Record::Plan(p))) => *p,
+        other => {
+            eprintln!("coroner-shipper: the feed did not start with a plan ({other:?})");
+            return 2;
+        }
+    };
+    crate::init_tracing(plan.quiet);
+    if let Err(e) = coroner_proto::auth::set_token(plan.token.as_deref()) {
+        tracing::error!("--token / CORONER_TOKEN: {e}; shipping without a token");
+    }
+    if let Err(e) = coroner_proto::auth::set_tls_ca(plan.tls_ca.as_deref()) {
+        tracing::error!("--tls-ca / CORONER_TLS_CA: {e}; trusting the public roots only");
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("start the shipper's runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(ship(plan, reader, pipes, delivered));
+    rt.shutdown_timeout(Duration::from_millis(50));
+    0
+}
+
+async fn ship(plan: Plan, reader: BufReader<File>, pipes: (Option<File>, Option<File>), delivered: Option<File>) {
+    let session = session_request(&plan);
+    let (spool, orphans) = open_spool(&plan, &session);
+    let queue = Arc::new(LineQueue::new(QUEUE_LINES, QUEUE_BYTES));
+    let (finish_tx, finish_rx) = tokio::sync::mpsc::channel(1);
+    let mut shipper = shipper::Shipper::new(shipper::Config::new(plan.server.clone()), session, queue.clone(), spool, orphans);
+    let connections = shipper.watch_connections();
+    let shipper = tokio::spawn(shipper.run(finish_rx));
+    let (snap_tx, snap_rx) = tokio::sync::mpsc::channel(16);
+    let watcher = plan.snapshots.then(|| {
+        let settings = snapshots::Settings {
+            watched: vec![
+                snapshots::Watched { dir: plan.snapshot_dir.clone(), folder: "snapshots".into() },
+                snapshots::Watched { dir: plan.fr_dir.clone(), folder: "flight_recorder".into() },
+            ],
+            cap: plan.snapshot_cap_bytes,
+            rank: plan.rank,
+        };
+        tokio::spawn(snapshots::run(settings, connections, snap_rx))
+    });
+    let beat = plan.rank.map(|rank| {
+        tokio::spawn(heartbeat::run(heartbeat::Settings {
+            server: plan.server.clone(),
+            job: plan.job.clone(),
+            rank,
+            pid: plan.child_pid,
+            snapshot_dir: plan.snapshot_dir.clone(),
+            fr_pipe: plan.fr_pipe_prefix.as_ref().map(|p| PathBuf::from(format!("{p}{rank}.pipe"))),
+        }))
+    });
+    let filer = || plan.is_launcher.then(|| RankFiler::new(plan.node_rank_base.unwrap_or(0)));
+    // GPU samples are the only lines numbered here (on the `file` stream); the child's lines come
+    // numbered by the supervisor.
+    let gpu_sampler = (plan.gpu_sample_ms > 0).then(|| {
+        let s = Arc::new(Mutex::new(Sequencer::new(filer(), queue.clone())));
+        let local_rank = if plan.is_launcher { None } else { plan.local_rank };
+        let visible = gpu_sampler::devices_to_sample(plan.cuda_visible_devices.as_deref(), local_rank);
+        gpu_sampler::Sampler::start(Duration::from_millis(plan.gpu_sample_ms), PathBuf::from("nvidia-smi"), visible, move |lines| {
+            if let Ok(mut s) = s.lock() {
+                s.accept_all(Stream::File, lines);
+            }
+        })
+    });
+
+    let (ending_tx, ending_rx) = tokio::sync::oneshot::channel();
+    {
+        let (queue, plan) = (queue.clone(), plan.clone());
+        std::thread::spawn(move || {
+            let ending = read_feed(reader, pipes, &queue, &plan);
+            let _ = ending_tx.send(ending);
+        });
+    }
+    let ending = ending_rx.await.unwrap_or(Ending::Orphaned);
+    if let Some(g) = gpu_sampler {
+        tokio::task::spawn_blocking(move || g.stop());
+    }
+    if let Some(b) = &beat {
+        b.abort();
+    }
+    let (exit, failed) = match ending {
+        Ending::Ended(e) => {
+            let exit = v1::ProcessExit {
+                session_id: String::new(),
+                rank: plan.rank,
+                exit_code: e.exit_code,
+                signal: e.signal,
+                at_ns: e.at_ns,
+                dropped_lines: e.dropped,
+                notes: Vec::new(),
+            };
+            (exit, e.exit_code != Some(0))
+        }
+        Ending::Orphaned => {
+            let note = "its supervisor process was killed; the output was still passed through and shipped, but how the process ended is not known".to_string();
+            let exit = v1::ProcessExit { session_id: String::new(), rank: plan.rank, exit_code: None, signal: None, at_ns: now_ns(), dropped_lines: 0, notes: vec![note] };
+            (exit, false)
+        }
+    };
+    let deadline = tokio::time::Instant::now() + plan.linger();
+    let hard_deadline = deadline + COLLECT_LIMIT + Duration::from_secs(2);
+    std::thread::spawn(move || {
+        std::thread::sleep(hard_deadline.saturating_duration_since(tokio::time::Instant::now()));
+        std::process::exit(0);
+    });
+    // On failure: GPU and kernel state, and core files, gathered while the lines are delivered.
+    let gather = (watcher.is_some() && failed).then(|| {
+        let (dir, tx) = (plan.snapshot_dir.clone(), snap_tx.clone());
+        let prefix = plan.rank.map(|r| format!("rank{r}.")).unwrap_or_default();
+        let started = std::time::UNIX_EPOCH + Duration::from_nanos(u64::try_from(plan.started_ns).unwrap_or(0));
+        tokio::spawn(async move {
+            collect::on_failure(&dir, &prefix, COLLECT_LIMIT).await;
+            let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+            let cwd = std::env::current_dir().unwrap_or_default();
+            if let Some((dir, prefix)) = collect::core_location(&pattern, &cwd) {
+                for path in collect::cores_since(&dir, &prefix, started) {
+                    let _ = tx.send(snapshots::Msg::File { path, folder: "core".into() }).await;
+                }
+            }
+        })
+    });
+    let _ = finish_tx.send(shipper::Finish { exit, deadline }).await;
+    match tokio::time::timeout_at(deadline, shipper).await {
+        Ok(Ok(summary)) => report(&summary),
+        _ => tracing::warn!("gave up delivering after {:?}; what is left stays in the spool", plan.linger()),
+    }
+    // The supervisor leaves now: stop holding the job's stdout and stderr open.
+    drop(delivered);
+    silence_stdio();
+    if let Some(g) = gather {
+        let _ = tokio::time::timeout(COLLECT_LIMIT + Duration::from_millis(500), g).await;
+    }
+    let snap_deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    let _ = snap_tx.send(snapshots::Msg::Finish { deadline: snap_deadline.max(deadline) }).await;
+    if let Some(w) = watcher {
+        let _ = tokio::time::timeout_at(hard_deadline, w).await;
+    }
+}
+
+/// Reads the feed into the queue until the child's end, or takes over the pass-through when the
+/// feed breaks off without one.
+fn read_feed(mut reader: BufReader<File>, pipes: (Option<File>, Option<File>), queue: &Arc<LineQueue>, plan: &Plan) -> Ending {
+    let mut next: HashMap<(Option<u32>, Stream), u64> = HashMap::new();
+    let mut batch: Vec<Line> = Vec::new();
+    loop {
+        let record = feed::read_record(&mut reader);
+        match record {
+            Ok(Some(Record::Line(line))) => {
+                if let Ok(stream) = coroner_proto::convert::stream_from_wire(line.stream, line.seq) {
+                    next.insert((line.rank, stream), line.seq + 1);
+                }
+                batch.push(line);
+                // Queue what one read of the feed brought, under one lock.
+                if reader.buffer().is_empty() || batch.len() >= 1024 {
+                    queue.push_all(batch.drain(..));
+                }
+            }
+            Ok(Some(Record::Plan(_))) => {}
+            Ok(Some(Record::End(end))) => {
+                queue.push_all(batch.drain(..));
+                return Ending::Ended(end);
+            }
+            Ok(None) | Err(_) => {
+                queue.push_all(batch.drain(..));
+                if let Err(e) = &record {
+                    tracing::debug!("the feed broke off: {e}");
+                }
+                take_over(pipes, queue, plan, next);
+                return Ending::Orphaned;
+            }
+        }
+    }
+}
+
+/// Passes the child's output through in the supervisor's place, numbering on where it stopped,
+/// until the child (and whatever it started) closes its pipes.
+fn take_over(pipes: (Option<File>, Option<File>), queue: &Arc<LineQueue>, plan: &Plan, next: HashMap<(Option<u32>, Stream), u64>) {
+    tracing::warn!(
+        "the agent's supervisor is gone; passing the job's output through from here (pid {} runs on; how it ends will not be known)",
+        plan.child_pid
+    );
+    let filer = plan.is_launcher.then(|| RankFiler::new(plan.node_rank_base.unwrap_or(0)));
+    let sequencer = Arc::new(Mutex::new(Sequencer::continuing(filer, queue.clone(), next)));
+    let mut pumps = Vec::new();
+    if let Some(out) = pipes.0 {
+        let s = sequencer.clone();
+        pumps.push(std::thread::spawn(move || capture::pump(out, std::io::stdout(), Stream::Stdout, s)));
+    }
+    if let Some(err) = pipes.1 {
+        let s = sequencer.clone();
+        pumps.push(std::thread::spawn(move || capture::pump(err, std::io::stderr(), Stream::Stderr, s)));
+    }
+    for p in pumps {
+        let _ = p.join();
+    }
+}
+
+fn session_request(plan: &Plan) -> v1::OpenSessionRequest {
+    v1::OpenSessionRequest {
+        job_id: plan.job.clone(),
+        rank: plan.rank,
+        local_rank: plan.local_rank,
+        world_size: plan.world_size,
+        host: plan.host.clone(),
+        pid: plan.child_pid,
+        launcher: plan.launcher.clone(),
+        versions: Default::default(),
+        agent_instance: plan.instance.clone(),
+        command: plan.command.clone(),
+        node_rank_base: plan.node_rank_base,
+        seq_offset: None,
+        seq_lanes: true,
+        notes: plan.notes.clone(),
+    }
+}
+
+fn open_spool(plan: &Plan, session: &v1::OpenSessionRequest) -> (Option<spool::SpoolWriter>, Vec<(PathBuf, File)>) {
+    if !plan.key_dir.is_dir() {
+        return (None, Vec::new());
+    }
+    let path = plan.key_dir.join(format!("{}.spool", plan.instance));
+    let writer = match spool::SpoolWriter::create(&path, session, plan.spool_max_bytes) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!("create the spool {}: {e}; lines will be held in memory only", path.display());
+            None
+        }
+    };
+    let orphans = spool::orphans(&plan.key_dir, &path);
+    (writer, orphans)
+}
+
+fn report(s: &shipper::Summary) {
+    if s.dropped > 0 {
+        tracing::warn!("dropped {} lines (the spool was full, or the disk slower than the output; routine lines went before errors and warnings)", s.dropped);
+    }
+    if s.unacked_lines > 0 || !s.exit_reported {
+        match &s.spool_kept {
+            Some(p) => tracing::warn!(
+                "{} lines not acknowledged by the server; kept in {} (`coroner-agent ship --spool-dir DIR` sends them later)",
+                s.unacked_lines,
+                p.display()
+            ),
+            None => tracing::error!("{} lines not delivered and not spooled", s.unacked_lines),
+        }
+    }
+}
+
+/// The descriptor the supervisor left at `fd`, made close-on-exec (so nvidia-smi or py-spy never
+/// inherit it); `None` if nothing is there.
+fn take_fd(fd: RawFd) -> Option<File> {
+    // SAFETY: F_GETFD/F_SETFD on a descriptor number; failure means it is not open.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 {
+            return None;
+        }
+        libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        // SAFETY: the supervisor gave us this descriptor; nothing else in this process owns it.
+        Some(File::from_raw_fd(fd))
+    }
+}
+
+/// Points stdout and stderr at /dev/null.
+fn silence_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto our own standard descriptors.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 1);
+            libc::dup2(null.as_raw_fd(), 2);
+        }
+    }
+}
+
+fn set_process_name(name: &std::ffi::CStr) {
+    // SAFETY: PR_SET_NAME copies at most 16 bytes from a NUL-terminated string.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0);
+    }
+}
