@@ -26,9 +26,22 @@ _ITEMSIZE = {
 }
 
 
+_dtype_names = {}
+
+
 def dtype_name(dtype):
+    try:
+        return _dtype_names[dtype]
+    except (KeyError, TypeError):
+        pass
     s = str(dtype)
-    return s[6:] if s.startswith("torch.") else s
+    s = s[6:] if s.startswith("torch.") else s
+    try:
+        if len(_dtype_names) < 256:
+            _dtype_names[dtype] = s
+    except TypeError:
+        pass
+    return s
 
 
 def _dims(size):
@@ -174,14 +187,25 @@ def _bump(d, key, n):
     d[key] = d.get(key, 0) + n
 
 
+# Wrapper modules' names, left out of tensor names as FSDP's own state_dict does.
+_WRAPPERS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+
+def _clean(name):
+    for w in _WRAPPERS:
+        if w in name:
+            name = name.replace(w, "")
+    return name
+
+
 def named_tensors(model):
     """(kind, name, tensor) for the model's parameters then buffers (each shared one once)."""
     if hasattr(model, "named_parameters"):
         for name, t in model.named_parameters():
-            yield "parameter", name, t
+            yield "parameter", _clean(name), t
         if hasattr(model, "named_buffers"):
             for name, t in model.named_buffers():
-                yield "buffer", name, t
+                yield "buffer", _clean(name), t
     elif hasattr(model, "items"):
         for name, t in model.items():
             yield "parameter", str(name), t
@@ -196,7 +220,7 @@ def summarize(model, max_entries=MAX_ENTRIES, seconds=WALK_SECONDS):
     try:
         for i, (kind, name, t) in enumerate(named_tensors(model)):
             if i % 1024 == 0 and time.monotonic() > deadline:
-                incomplete = "the walk stopped after %.0f s" % seconds
+                incomplete = "the walk stopped after %g s" % seconds
                 break
             try:
                 e = describe(name, t, kind)

@@ -100,6 +100,15 @@ raise RuntimeError("CUDA error: an illegal memory access was encountered")
         self.assertIn("not requested", doc["full_state_dict"]["skipped"])
         self.assertEqual(hook_lines(proc.stderr), [])
 
+    def test_wrapper_modules_are_left_out_of_names(self):
+        proc, d = run("""
+import coroner_hook
+coroner_hook.install(model=Module([("_fsdp_wrapped_module.layers.0._checkpoint_wrapped_module.mlp.weight", Tensor((8, 8)))]))
+raise ValueError("x")
+""", fake_torch=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertEqual([t["name"] for t in json.loads(read(d, "rank0.state_dict.json"))["tensors"]], ["layers.0.mlp.weight"])
+
     def test_a_huge_model_is_capped_at_20000_entries_and_all_counted(self):
         proc, d = run("""
 import time, coroner_hook
@@ -107,7 +116,7 @@ coroner_hook.install(model=BigModel(10**6))
 t0 = time.monotonic()
 coroner_hook.write_snapshot("manual")
 print("seconds %.2f" % (time.monotonic() - t0))
-""", fake_torch=True)
+""", {"CORONER_HOOK_WALK_SECONDS": "300"}, fake_torch=True)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         doc = json.loads(read(d, "rank0.state_dict.json"))
         self.assertEqual(len(doc["tensors"]), 20000)
@@ -119,6 +128,19 @@ print("seconds %.2f" % (time.monotonic() - t0))
         self.assertLess(size, 4 << 20)
         print("\n[figure] JSON for 10^6 fake parameters (100 GB): %d bytes, written in %s s"
               % (size, proc.stdout.split()[-1]))
+
+    def test_the_walk_stops_at_its_deadline_and_the_json_says_so(self):
+        proc, d = run("""
+import coroner_hook
+coroner_hook.install(model=BigModel(10**6), full_state_dict=True)
+raise ValueError("x")
+""", {"CORONER_HOOK_WALK_SECONDS": "0.05"}, fake_torch=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        doc = json.loads(read(d, "rank0.state_dict.json"))
+        self.assertEqual(doc["incomplete"], "the walk stopped after 0.05 s")
+        self.assertLess(doc["totals"]["tensors"], 10**6)
+        self.assertEqual(doc["totals"]["tensors"] % 1024, 0, "checked every 1,024 tensors")
+        self.assertIn("incomplete", doc["full_state_dict"]["skipped"])
 
 
 class FullStateDictTest(unittest.TestCase):
@@ -167,6 +189,23 @@ raise ValueError("x")
         note = json.loads(read(d, "rank0.state_dict.json"))["full_state_dict"]
         self.assertIn("local shards", note["content"])
         self.assertIn("sharded", note["optimizer_skipped"])
+
+    def test_a_failed_save_is_recorded_in_the_json(self):
+        proc, d = run("""
+import coroner_hook
+class Small(Module):
+    def state_dict(self):
+        raise RuntimeError("NCCL communicator was aborted")
+coroner_hook.install(model=Small([("w", Tensor((4, 4)))]), full_state_dict=True)
+raise ValueError("x")
+""", fake_torch=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("ValueError: x", proc.stderr)
+        self.assertEqual([n for n in files(d) if ".pt" in n], [])
+        note = json.loads(read(d, "rank0.state_dict.json"))["full_state_dict"]
+        self.assertEqual(note["written"], [])
+        self.assertEqual(note["failed"], ["rank0.state_dict.pt: RuntimeError('NCCL communicator was aborted')"])
+        self.assertEqual(len(hook_lines(proc.stderr)), 1, proc.stderr)
 
     def test_a_thread_exception_never_writes_the_full_state_dict(self):
         proc, d = run("""
