@@ -103,7 +103,7 @@ pub fn bundle_input(files: &[(&str, &[u8])]) -> Vec<u8> {
 /// The readers a `snapshot` input's first byte picks (modulo the length): a snapshot kind as
 /// `coroner_snapshot::kind_of` names it, or `pickle` for the raw pickle reader.
 pub const SNAPSHOT_KINDS: &[&str] =
-    &["flight_recorder", "state_dict", "nvidia_smi", "memory_summary", "stack", "core", "kernel_log", "other", "pickle"];
+    &["flight_recorder", "state_dict", "nvidia_smi", "memory_summary", "stack", "core", "kernel_log", "other", "pickle", "state_dict_summary"];
 
 /// The message an `ingest` frame's tag (modulo 5) holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@
 
 use crate::plan::Plan;
 use crate::queue::Line;
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use std::io::{self, Read};
 
 const TAG_PLAN: u8 = b'P';
@@ -69,59 +69,116 @@ pub fn encode_end(end: &End, out: &mut Vec<u8>) {
     out.extend_from_slice(&end.dropped.to_le_bytes());
 }
 
-/// Reads the next record; `Ok(None)` at the end of the feed.
-pub fn read_record(r: &mut impl Read) -> io::Result<Option<Record>> {
-    let mut tag = [0u8; 1];
-    loop {
-        match r.read(&mut tag) {
-            Ok(0) => return Ok(None),
-            Ok(_) => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+/// Reads records from the feed in large reads; a line's bytes are a slice of the read buffer, not
+/// a copy of their own (the shipper's hot path: one record per line of the job).
+pub struct FeedReader<R> {
+    src: R,
+    buf: BytesMut,
+    eof: bool,
+}
+
+/// How much the reader asks of the pipe at once.
+const READ_CHUNK: usize = 256 << 10;
+
+impl<R: Read> FeedReader<R> {
+    pub fn new(src: R) -> Self {
+        FeedReader { src, buf: BytesMut::new(), eof: false }
+    }
+
+    /// Whether a whole record is already buffered (the next `next` will not read the pipe).
+    pub fn has_buffered_record(&self) -> bool {
+        matches!(record_len(&self.buf), Ok(Some(n)) if self.buf.len() >= n)
+    }
+
+    /// The next record; `Ok(None)` at the end of the feed. A record torn by the end of the feed,
+    /// or one this reader does not know, is an error.
+    pub fn next(&mut self) -> io::Result<Option<Record>> {
+        loop {
+            if let Some(n) = record_len(&self.buf)? {
+                if self.buf.len() >= n {
+                    let record = self.buf.split_to(n).freeze();
+                    return decode(record).map(Some);
+                }
+            }
+            if self.eof {
+                return if self.buf.is_empty() { Ok(None) } else { Err(io::ErrorKind::UnexpectedEof.into()) };
+            }
+            self.fill()?;
         }
     }
-    match tag[0] {
-        TAG_PLAN => {
-            let body = read_body(r)?;
-            let plan = serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("plan: {e}")))?;
-            Ok(Some(Record::Plan(Box::new(plan))))
+
+    fn fill(&mut self) -> io::Result<()> {
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+            self.buf.reserve(READ_CHUNK);
         }
-        TAG_LINE => {
-            let mut h = [0u8; 1 + 1 + 4 + 8 + 8];
-            r.read_exact(&mut h)?;
-            let stream = i32::from(h[0]);
-            let rank = (h[1] == 1).then(|| u32::from_le_bytes(h[2..6].try_into().expect("4 bytes")));
-            let seq = u64::from_le_bytes(h[6..14].try_into().expect("8 bytes"));
-            let capture_ns = i64::from_le_bytes(h[14..22].try_into().expect("8 bytes"));
-            let raw = Bytes::from(read_body(r)?);
-            Ok(Some(Record::Line(Line { raw, seq, capture_ns, stream, rank })))
+        let start = self.buf.len();
+        let room = self.buf.capacity() - start;
+        self.buf.resize(start + room, 0);
+        loop {
+            match self.src.read(&mut self.buf[start..]) {
+                Ok(n) => {
+                    self.buf.truncate(start + n);
+                    self.eof = n == 0;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.buf.truncate(start);
+                    return Err(e);
+                }
+            }
         }
-        TAG_END => {
-            let mut b = [0u8; 1 + 4 + 4 + 8 + 8];
-            r.read_exact(&mut b)?;
-            let code = i32::from_le_bytes(b[1..5].try_into().expect("4 bytes"));
-            let signal = i32::from_le_bytes(b[5..9].try_into().expect("4 bytes"));
-            Ok(Some(Record::End(End {
-                exit_code: (b[0] & 1 != 0).then_some(code),
-                signal: (b[0] & 2 != 0).then_some(signal),
-                at_ns: i64::from_le_bytes(b[9..17].try_into().expect("8 bytes")),
-                dropped: u64::from_le_bytes(b[17..25].try_into().expect("8 bytes")),
-            })))
-        }
-        other => Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown feed record {other:#04x}"))),
     }
 }
 
-fn read_body(r: &mut impl Read) -> io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len);
+/// The whole length of the record at the start of `buf`, once its header is there.
+fn record_len(buf: &[u8]) -> io::Result<Option<usize>> {
+    let Some(&tag) = buf.first() else { return Ok(None) };
+    let (header, len_at) = match tag {
+        TAG_PLAN => (1 + 4, 1),
+        TAG_LINE => (1 + 22 + 4, 23),
+        TAG_END => return Ok(Some(1 + 25)),
+        other => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown feed record {other:#04x}"))),
+    };
+    if buf.len() < header {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(buf[len_at..len_at + 4].try_into().expect("4 bytes"));
     if len > MAX_BODY {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a feed record of {len} bytes")));
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)?;
-    Ok(body)
+    Ok(Some(header + len as usize))
+}
+
+/// Decodes one whole record (as `record_len` framed it).
+fn decode(mut b: Bytes) -> io::Result<Record> {
+    match b.get_u8() {
+        TAG_PLAN => {
+            b.advance(4);
+            let plan = serde_json::from_slice(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("plan: {e}")))?;
+            Ok(Record::Plan(Box::new(plan)))
+        }
+        TAG_LINE => {
+            let stream = i32::from(b.get_u8());
+            let has_rank = b.get_u8() == 1;
+            let rank = b.get_u32_le();
+            let seq = b.get_u64_le();
+            let capture_ns = b.get_i64_le();
+            b.advance(4);
+            Ok(Record::Line(Line { raw: b, seq, capture_ns, stream, rank: has_rank.then_some(rank) }))
+        }
+        _ => {
+            let flags = b.get_u8();
+            let code = b.get_i32_le();
+            let signal = b.get_i32_le();
+            Ok(Record::End(End {
+                exit_code: (flags & 1 != 0).then_some(code),
+                signal: (flags & 2 != 0).then_some(signal),
+                at_ns: b.get_i64_le(),
+                dropped: b.get_u64_le(),
+            }))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -141,12 +198,49 @@ mod tests {
         }
         let end = End { exit_code: None, signal: Some(9), at_ns: 123, dropped: 4 };
         encode_end(&end, &mut buf);
-        let mut r = &buf[..];
+        let mut r = FeedReader::new(&buf[..]);
         for l in &lines {
-            assert_eq!(read_record(&mut r).unwrap(), Some(Record::Line(l.clone())));
+            assert_eq!(r.next().unwrap(), Some(Record::Line(l.clone())));
         }
-        assert_eq!(read_record(&mut r).unwrap(), Some(Record::End(end)));
-        assert_eq!(read_record(&mut r).unwrap(), None);
+        assert_eq!(r.next().unwrap(), Some(Record::End(end)));
+        assert_eq!(r.next().unwrap(), None);
+    }
+
+    /// Hands out its bytes a few at a time, like a pipe.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.1.min(self.0.len()).min(buf.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn the_reader_reads_every_record_whatever_the_read_sizes() {
+        let mut buf = Vec::new();
+        let lines: Vec<Line> = (0..500).map(|i| line(i, (i % 3 == 0).then_some(i as u32), &vec![b'a' + (i % 26) as u8; (i * 37 % 3000) as usize])).collect();
+        for l in &lines {
+            encode_line(l, &mut buf);
+        }
+        let end = End { exit_code: Some(0), signal: None, at_ns: 9, dropped: 0 };
+        encode_end(&end, &mut buf);
+        for piece in [1, 7, 4096, 1 << 20] {
+            let mut r = FeedReader::new(Trickle(&buf, piece));
+            for l in &lines {
+                assert_eq!(r.next().unwrap(), Some(Record::Line(l.clone())), "read {piece} at a time");
+            }
+            assert_eq!(r.next().unwrap(), Some(Record::End(end.clone())));
+            assert_eq!(r.next().unwrap(), None);
+        }
+        let mut r = FeedReader::new(&buf[..buf.len() - 3]);
+        let mut last = Ok(None);
+        for _ in 0..=lines.len() {
+            last = r.next();
+        }
+        assert!(last.is_err(), "the torn end is an error, not a record");
     }
 
     #[test]
@@ -154,11 +248,12 @@ mod tests {
         let mut buf = Vec::new();
         encode_line(&line(0, None, b"abcdef"), &mut buf);
         buf.truncate(buf.len() - 2);
-        assert!(read_record(&mut &buf[..]).is_err());
-        assert!(read_record(&mut &b"Z123"[..]).is_err());
+        let mut r = FeedReader::new(&buf[..]);
+        assert!(r.next().is_err());
+        assert!(FeedReader::new(&b"Z123"[..]).next().is_err());
         let mut huge = vec![TAG_LINE];
         huge.extend_from_slice(&[0u8; 22]);
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
-        assert!(read_record(&mut &huge[..]).is_err(), "no 4 GiB allocation for a bad length");
+        assert!(FeedReader::new(&huge[..]).next().is_err(), "no 4 GiB allocation for a bad length");
     }
 }

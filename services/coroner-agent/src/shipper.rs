@@ -826,6 +826,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reconnect_delays_are_spread_over_the_upper_half_of_the_backoff() {
+        let b = Duration::from_secs(4);
+        let d: Vec<Duration> = (0..200).map(|_| jittered(b)).collect();
+        assert!(d.iter().all(|d| *d >= b / 2 && *d <= b));
+        let distinct: std::collections::HashSet<_> = d.iter().collect();
+        assert!(distinct.len() > 150, "delays differ from agent to agent");
+    }
+
+    #[test]
     fn lines_are_rebased_and_already_delivered_ones_skipped() {
         let line = |rank: Option<u32>, stream: i32, seq: u64| v1::LogLine { rank, stream, seq, ..Default::default() };
         let lines = vec![line(None, 1, 0), line(None, 1, 1), line(None, 2, 0), line(Some(4), 1, 0)];

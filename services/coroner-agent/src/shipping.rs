@@ -12,9 +12,10 @@
 //!
 //! It never lets a terminal's or a scheduler's signal stop it (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 //! SIGUSR1, SIGUSR2 are caught and ignored: the supervisor tells it when the child ended). Once
-//! the child has ended it delivers for at most the linger, then stops writing to the job's stdout
-//! and stderr (so whoever reads them to their end is not held) and finishes uploading snapshots,
-//! for at most [`COLLECT_LIMIT`] more.
+//! the child has ended it delivers lines, the failure-time collection and snapshots for at most the
+//! linger, says so to the supervisor (which then exits), stops writing to the job's stdout and
+//! stderr (so whoever reads them to their end is not held) and lets a collection or upload still
+//! under way finish, for at most [`COLLECT_LIMIT`] more.
 
 use crate::capture::{self, now_ns, Sequencer};
 use crate::feed::{self, End, Record};
@@ -26,7 +27,6 @@ use coroner_model::Stream;
 use coroner_proto::v1;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::BufReader;
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -72,8 +72,8 @@ pub fn run() -> i32 {
     };
     let pipes = (take_fd(CHILD_OUT_FD), take_fd(CHILD_ERR_FD));
     let delivered = take_fd(DELIVERED_FD);
-    let mut reader = BufReader::with_capacity(1 << 20, feed);
-    let plan = match feed::read_record(&mut reader) {
+    let mut reader = feed::FeedReader::new(feed);
+    let plan = match reader.next() {
         Ok(Some(Record::Plan(p))) => *p,
         other => {
             eprintln!("coroner-shipper: the feed did not start with a plan ({other:?})");
@@ -99,7 +99,7 @@ pub fn run() -> i32 {
     0
 }
 
-async fn ship(plan: Plan, reader: BufReader<File>, pipes: (Option<File>, Option<File>), delivered: Option<File>) {
+async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, Option<File>), delivered: Option<File>) {
     let session = session_request(&plan);
     let (spool, orphans) = open_spool(&plan, &session);
     let queue = Arc::new(LineQueue::new(QUEUE_LINES, QUEUE_BYTES));
@@ -204,14 +204,32 @@ async fn ship(plan: Plan, reader: BufReader<File>, pipes: (Option<File>, Option<
         Ok(Ok(summary)) => report(&summary),
         _ => tracing::warn!("gave up delivering after {:?}; what is left stays in the spool", plan.linger()),
     }
-    // The supervisor leaves now: stop holding the job's stdout and stderr open.
+    // Snapshots: what the failure-time collection finds, then everything in the folders, within
+    // the same linger; what is not shipped by then stays for the next agent of this rank.
+    let mut gather = gather;
+    if let Some(g) = gather.as_mut() {
+        if tokio::time::timeout_at(deadline, g).await.is_ok() {
+            gather = None;
+        }
+    }
+    let _ = snap_tx.send(snapshots::Msg::Finish { deadline }).await;
+    let mut watcher = watcher;
+    if let Some(w) = watcher.as_mut() {
+        if let Ok(Ok(s)) = tokio::time::timeout_at(deadline, w).await {
+            for f in &s.failed {
+                tracing::warn!("snapshot {f}");
+            }
+            watcher = None;
+        }
+    }
+    // Delivered what could be: the supervisor leaves now; stop holding the job's stdout and
+    // stderr open (whoever reads them to their end must not wait for us).
     drop(delivered);
     silence_stdio();
+    // A collection or upload still under way may finish in the background, within the hard deadline.
     if let Some(g) = gather {
-        let _ = tokio::time::timeout(COLLECT_LIMIT + Duration::from_millis(500), g).await;
+        let _ = tokio::time::timeout_at(hard_deadline, g).await;
     }
-    let snap_deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    let _ = snap_tx.send(snapshots::Msg::Finish { deadline: snap_deadline.max(deadline) }).await;
     if let Some(w) = watcher {
         let _ = tokio::time::timeout_at(hard_deadline, w).await;
     }
@@ -219,11 +237,11 @@ async fn ship(plan: Plan, reader: BufReader<File>, pipes: (Option<File>, Option<
 
 /// Reads the feed into the queue until the child's end, or takes over the pass-through when the
 /// feed breaks off without one.
-fn read_feed(mut reader: BufReader<File>, pipes: (Option<File>, Option<File>), queue: &Arc<LineQueue>, plan: &Plan) -> Ending {
+fn read_feed(mut reader: feed::FeedReader<File>, pipes: (Option<File>, Option<File>), queue: &Arc<LineQueue>, plan: &Plan) -> Ending {
     let mut next: HashMap<(Option<u32>, Stream), u64> = HashMap::new();
     let mut batch: Vec<Line> = Vec::new();
     loop {
-        let record = feed::read_record(&mut reader);
+        let record = reader.next();
         match record {
             Ok(Some(Record::Line(line))) => {
                 if let Ok(stream) = coroner_proto::convert::stream_from_wire(line.stream, line.seq) {
@@ -231,7 +249,7 @@ fn read_feed(mut reader: BufReader<File>, pipes: (Option<File>, Option<File>), q
                 }
                 batch.push(line);
                 // Queue what one read of the feed brought, under one lock.
-                if reader.buffer().is_empty() || batch.len() >= 1024 {
+                if !reader.has_buffered_record() || batch.len() >= 1024 {
                     queue.push_all(batch.drain(..));
                 }
             }

@@ -3,8 +3,10 @@
 //!
 //! 1. runs CMD with its stdout and stderr on pipes (stdin, and everything else, as given);
 //! 2. copies each pipe through to its own stdout or stderr byte for byte as it arrives
-//!    (`capture::pump`), and queues the lines, stamped and numbered, in a bounded queue that
-//!    never makes the child wait: when it is full, routine lines are dropped before errors;
+//!    (`capture::pump`), and queues the lines, stamped and numbered, in a bounded queue: in a
+//!    burst faster than the shipper takes them a pipe thread waits for room at most 250 ms (as on
+//!    a slow terminal), then routine lines are dropped before errors; with no shipper running,
+//!    nothing ever waits;
 //! 3. hands the lines to the **shipper**, a process of its own (`coroner-agent shipper`, named
 //!    `coroner-shipper`), over the feed pipe (`feed.rs`); the shipper spools, ships, watches
 //!    snapshots and talks to coronerd;
@@ -78,9 +80,9 @@ pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
     forwarder.target(child.id());
     // Copies of the pipes' read ends, for each shipper to hold (the pumps close theirs at EOF).
     let copy = |fd: Option<RawFd>| fd.and_then(|fd| dup_cloexec(fd).ok());
-    let feeder = Feeder::new(plan.clone(), copy(out.as_ref().map(AsRawFd::as_raw_fd)), copy(err.as_ref().map(AsRawFd::as_raw_fd)));
-
     let queue = Arc::new(LineQueue::new(QUEUE_LINES, QUEUE_BYTES));
+    let feeder = Feeder::new(plan.clone(), queue.clone(), copy(out.as_ref().map(AsRawFd::as_raw_fd)), copy(err.as_ref().map(AsRawFd::as_raw_fd)));
+
     let filer = plan.is_launcher.then(|| RankFiler::new(plan.node_rank_base.unwrap_or(0)));
     let sequencer = Arc::new(Mutex::new(Sequencer::new(filer, queue.clone())));
     let mut pumps = Vec::new();
@@ -94,9 +96,8 @@ pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
     }
     let (end_tx, end_rx) = mpsc::channel::<End>();
     let (done_tx, done_rx) = mpsc::channel::<Option<OwnedFd>>();
-    let q = queue.clone();
     std::thread::spawn(move || {
-        let shipper = feeder.run(&q, end_rx);
+        let shipper = feeder.run(end_rx);
         let _ = done_tx.send(shipper);
     });
 
@@ -229,6 +230,7 @@ impl Drop for Forwarder {
 /// Hands the queued lines to the shipper process over the feed, starting (and restarting) it.
 struct Feeder {
     plan: Plan,
+    queue: Arc<LineQueue>,
     child_out: Option<OwnedFd>,
     child_err: Option<OwnedFd>,
     shipper: Option<ShipperProcess>,
@@ -247,14 +249,15 @@ struct ShipperProcess {
 }
 
 impl Feeder {
-    fn new(plan: Plan, child_out: Option<OwnedFd>, child_err: Option<OwnedFd>) -> Self {
-        Feeder { plan, child_out, child_err, shipper: None, started: 0, last_start: Instant::now(), lost: 0 }
+    fn new(plan: Plan, queue: Arc<LineQueue>, child_out: Option<OwnedFd>, child_err: Option<OwnedFd>) -> Self {
+        Feeder { plan, queue, child_out, child_err, shipper: None, started: 0, last_start: Instant::now(), lost: 0 }
     }
 
     /// Starts the shipper, feeds it until the queue is closed and empty, then sends the end and
     /// returns the shipper process.
-    fn run(mut self, queue: &LineQueue, end: mpsc::Receiver<End>) -> Option<OwnedFd> {
+    fn run(mut self, end: mpsc::Receiver<End>) -> Option<OwnedFd> {
         self.start_shipper();
+        let queue = self.queue.clone();
         let mut buf = Vec::with_capacity(FEED_BATCH_BYTES + 4096);
         while !queue.is_finished() {
             let batch = queue.wait_batch(FEED_BATCH_LINES, FEED_BATCH_BYTES, Duration::from_millis(200));
@@ -304,6 +307,8 @@ impl Feeder {
 
     fn shipper_gone(&mut self, error: Option<std::io::Error>) {
         let Some(mut s) = self.shipper.take() else { return };
+        // No one to make room: a full queue drops at once instead of waiting.
+        self.queue.set_draining(false);
         // It stopped reading: whatever it is doing, it is no longer shipping.
         let _ = s.child.kill();
         let how = match s.child.wait() {
@@ -332,7 +337,10 @@ impl Feeder {
         }
         let fd = |f: &Option<OwnedFd>| f.as_ref().map(AsRawFd::as_raw_fd);
         match ShipperProcess::spawn(&plan, fd(&self.child_out), fd(&self.child_err)) {
-            Ok(s) => self.shipper = Some(s),
+            Ok(s) => {
+                self.shipper = Some(s);
+                self.queue.set_draining(true);
+            }
             Err(e) => tracing::warn!("cannot start the shipper process ({e}); the output passes through but is not shipped"),
         }
     }

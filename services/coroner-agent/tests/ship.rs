@@ -193,3 +193,39 @@ async fn a_full_spool_starts_over_once_everything_in_it_is_acknowledged() {
     seqs.dedup();
     assert_eq!(seqs, (0..8000).collect::<Vec<u64>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coroner_agent_ship_sends_what_exited_agents_left_in_their_spools() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = "http://127.0.0.1:1".to_string();
+    for (rank, line) in [("1", "left-by-rank-1"), ("2", "left-by-rank-2")] {
+        let out = run_agent(dead.clone(), dir.path().into(), &["--rank", rank, "--world-size", "4"], &format!("echo {line}; exit 3")).await;
+        assert_eq!(out.status.code(), Some(3));
+    }
+    let (fake, server) = serve().await;
+    let ship = |server: String| {
+        let dir = dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_coroner-agent"))
+                .args(["ship", "--server", &server])
+                .arg("--spool-dir")
+                .arg(dir)
+                .env_remove("CORONER_TOKEN")
+                .output()
+                .unwrap()
+        })
+    };
+    let out = ship(dead.clone()).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "nothing could be sent: {}", String::from_utf8_lossy(&out.stderr));
+    let out = ship(server.clone()).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut raws: Vec<String> = fake.lines.lock().unwrap().iter().map(|l| String::from_utf8_lossy(&l.raw).into_owned()).collect();
+    raws.sort();
+    assert_eq!(raws, vec!["left-by-rank-1", "left-by-rank-2"]);
+    let mut exits: Vec<(Option<u32>, Option<i32>)> = fake.exits.lock().unwrap().iter().map(|e| (e.rank, e.exit_code)).collect();
+    exits.sort();
+    assert_eq!(exits, vec![(Some(1), Some(3)), (Some(2), Some(3))]);
+    let out = ship(server).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "nothing left is not an error");
+    assert_eq!(fake.lines.lock().unwrap().len(), 2, "nothing is sent twice");
+}

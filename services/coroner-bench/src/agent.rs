@@ -2,10 +2,12 @@
 //! `cat FILE` and ships every line to the in-process coronerd; its stdout goes into a pipe that
 //! the bench drains. The reference: `cat FILE` into a pipe.
 //!
-//! CPU is the agent's own user+system time (not its child's), read from `/proc/<pid>/stat`
-//! while the exited agent is still a zombie (`waitid` with `WNOWAIT`); peak memory is its
-//! `VmHWM`, sampled every 5 ms while it runs (not `ru_maxrss`: after a fork from this large
-//! process it reports the parent's high-water mark).
+//! The agent is two processes: the supervisor (the one started) and its shipper (a child named
+//! `coroner-shipper`). CPU is both processes' own user+system time (not the wrapped command's):
+//! the shipper's sampled from `/proc/<pid>/stat` every 5 ms while it runs (its last reading
+//! counts), the supervisor's read while the exited supervisor is still a zombie (`waitid` with
+//! `WNOWAIT`). Peak memory is each one's `VmHWM`, sampled the same way (not `ru_maxrss`: after a
+//! fork from this large process it reports the parent's high-water mark).
 
 use crate::ingest::Server;
 use anyhow::{bail, Context, Result};
@@ -15,8 +17,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub struct AgentFigures {
+    /// Supervisor and shipper together.
     pub cpu_s_per_million_lines: f64,
+    /// Of which the shipper's.
+    pub shipper_cpu_s_per_million_lines: f64,
+    /// The supervisor's peak.
     pub rss_mb: f64,
+    /// The shipper's peak.
+    pub shipper_rss_mb: f64,
     pub cat_cpu_s_per_million_lines: f64,
     pub cat_rss_mb: f64,
     pub lines: u64,
@@ -63,9 +71,35 @@ pub fn write_lines(
 }
 
 struct Usage {
+    /// The process's own CPU time, plus its shippers' when it is the agent.
     cpu_s: f64,
+    /// Of which the shippers'.
+    shipper_cpu_s: f64,
     hwm_kb: u64,
+    /// The largest shipper's peak (0 for a command without one).
+    shipper_hwm_kb: u64,
     wall_s: f64,
+}
+
+/// The agent's shipper processes, as last seen: pid -> (CPU s, peak KiB).
+#[derive(Default)]
+struct Shippers(std::collections::HashMap<u32, (f64, u64)>);
+
+impl Shippers {
+    fn sample(&mut self, parent: libc::pid_t) {
+        let Ok(children) = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")) else { return };
+        for pid in children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()) {
+            let is_shipper = std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "coroner-shipper");
+            if !is_shipper {
+                continue;
+            }
+            if let (Some(cpu), Some(hwm)) = (self_cpu_s(pid as libc::pid_t), vm_hwm_kb(pid as libc::pid_t)) {
+                let e = self.0.entry(pid).or_default();
+                e.0 = e.0.max(cpu);
+                e.1 = e.1.max(hwm);
+            }
+        }
+    }
 }
 
 /// Runs `cmd` with stdout into a drained pipe; measures the process itself, not its children.
@@ -90,11 +124,13 @@ fn measure(mut cmd: Command) -> Result<Usage> {
     });
     let sampler = std::thread::spawn(move || {
         let mut hwm = 0;
+        let mut shippers = Shippers::default();
         while let Some(kb) = vm_hwm_kb(pid) {
             hwm = hwm.max(kb);
+            shippers.sample(pid);
             std::thread::sleep(Duration::from_millis(5));
         }
-        hwm
+        (hwm, shippers)
     });
     // Wait for the exit without reaping, read the zombie's own CPU times, then reap.
     // SAFETY: plain syscalls on our own child's pid with zeroed out-structs.
@@ -119,14 +155,24 @@ fn measure(mut cmd: Command) -> Result<Usage> {
     };
     let wall_s = started.elapsed().as_secs_f64();
     let _ = drain.join();
-    let hwm = sampler.join().unwrap_or(0);
+    let (hwm, mut shippers) = sampler.join().unwrap_or_default();
+    // A shipper still delivering when the supervisor left: follow it to its end.
+    for (pid, e) in shippers.0.iter_mut() {
+        while let (Some(cpu), Some(kb)) = (self_cpu_s(*pid as libc::pid_t), vm_hwm_kb(*pid as libc::pid_t)) {
+            e.0 = e.0.max(cpu);
+            e.1 = e.1.max(kb);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
         bail!("the command failed (wait status {status})");
     }
     drop(child);
     Ok(Usage {
-        cpu_s,
+        cpu_s: cpu_s + shippers.0.values().map(|e| e.0).sum::<f64>(),
+        shipper_cpu_s: shippers.0.values().map(|e| e.0).sum::<f64>(),
         hwm_kb: hwm,
+        shipper_hwm_kb: shippers.0.values().map(|e| e.1).max().unwrap_or(0),
         wall_s,
     })
 }
@@ -172,7 +218,7 @@ pub async fn run(server: &Server, agent: &Path, input: &Path, lines: u64) -> Res
     .arg(server.url())
     .arg("--spool-dir")
     .arg(spool.path())
-    .args(["--flush-timeout", "120", "--", "cat"])
+    .args(["--linger", "120", "--gpu-sample-secs", "0", "--", "cat"])
     .arg(input);
     for var in [
         "RANK",
@@ -194,7 +240,9 @@ pub async fn run(server: &Server, agent: &Path, input: &Path, lines: u64) -> Res
     let per_m = |cpu: f64| cpu / (lines as f64 / 1e6);
     Ok(AgentFigures {
         cpu_s_per_million_lines: per_m(agent_usage.cpu_s),
+        shipper_cpu_s_per_million_lines: per_m(agent_usage.shipper_cpu_s),
         rss_mb: agent_usage.hwm_kb as f64 / 1024.0,
+        shipper_rss_mb: agent_usage.shipper_hwm_kb as f64 / 1024.0,
         cat_cpu_s_per_million_lines: per_m(cat_usage.cpu_s),
         cat_rss_mb: cat_usage.hwm_kb as f64 / 1024.0,
         lines,
