@@ -1,15 +1,15 @@
-//! The hot path: the child's pipes, copied through to the agent's own stdout/stderr byte for byte,
-//! and split into stamped, sequenced lines for the shipper.
+//! The hot path: the child's pipes, copied through to the agent's own stdout/stderr byte for byte
+//! ([`pump`], in the supervisor, and in the shipper when it takes over), and split into stamped,
+//! sequenced lines ([`Capture`], in the shipper).
 //!
 //! Each pipe has its own OS thread doing blocking reads, so a slow terminal on one stream never
-//! delays the other, and nothing here ever waits on the network: lines go into the shipper's
-//! bounded in-memory queue, which the shipper drains into the spool on local disk. In a burst
-//! faster than the spool takes it the thread waits for room (bounded, see `queue.rs`); when the
-//! shipper cannot spool, a full queue drops (and counts) routine lines rather than blocks.
+//! delays the other, and nothing here ever waits on the network: each read goes to a sink (the
+//! supervisor's bounded chunk queue, `chunks.rs`, or a [`Capture`] feeding the shipper's line
+//! queue, `queue.rs`).
 //!
 //! Per read, not per line: one `read`, one `write` of the same bytes to our own stdout or stderr
-//! (so the passthrough is byte-exact and as prompt as the child's own writes), one lock to queue
-//! the read's lines; a line is a slice of the read buffer, not a copy.
+//! (so the passthrough is byte-exact and as prompt as the child's own writes), one hand-over of
+//! the read; a line is a slice of the read buffer, not a copy.
 //!
 //! A line is the bytes up to `\n`, without it; a `\r` before it is kept. The capture time is the
 //! wall-clock time of the read that delivered the line's first byte. A line longer than
@@ -81,6 +81,15 @@ impl LineSplitter {
         }
     }
 
+    /// Forgets the line under way (its end was dropped); true if there was one.
+    pub fn discard(&mut self) -> bool {
+        let had = self.first_ns.is_some();
+        if had {
+            self.take();
+        }
+        had
+    }
+
     /// Emits the partial last line, if the stream ended without a newline.
     pub fn finish(&mut self, out: &mut impl FnMut(SplitLine)) {
         if self.first_ns.is_some() {
@@ -120,10 +129,14 @@ impl Sequencer {
         Sequencer { filer, next_seq: HashMap::new(), queue }
     }
 
-    /// A sequencer that goes on numbering where another left off: `next` holds the next number
-    /// of each (rank, stream) (the shipper taking over the pass-through from a dead supervisor).
-    pub fn continuing(filer: Option<RankFiler>, queue: Arc<LineQueue>, next: HashMap<(Option<u32>, Stream), u64>) -> Self {
-        Sequencer { filer, next_seq: next, queue }
+    /// Spends the numbers of `n` lines of `stream` that were dropped before they were read,
+    /// counting them as dropped. A launcher agent cannot tell whose lines they were: it only
+    /// counts them.
+    pub fn skip(&mut self, stream: Stream, n: u64) {
+        if self.filer.is_none() {
+            *self.next_seq.entry((None, stream)).or_insert(0) += n;
+        }
+        self.queue.count_dropped(n);
     }
 
     /// Numbers and queues the lines of one read, in order, under one queue lock.
@@ -150,29 +163,23 @@ impl Sequencer {
     }
 }
 
-/// Copies `src` to `dst` as it arrives and feeds the lines to `sequencer`, until end of file.
-/// Runs on its own thread; returns when the pipe closes (every writer has exited).
+/// Copies `src` to `dst` as it arrives and hands each read, with its capture time, to `sink`,
+/// until end of file. Runs on its own thread; returns when the pipe closes (every writer has
+/// exited).
 ///
-/// Every read is written through at once (one `write` and a flush, before any line is
-/// queued), so the passthrough is byte-exact and never waits for a line to complete. Capture
-/// is the part that may go wrong (a bug, a poisoned lock): it runs under `catch_unwind`, and if
-/// it ever panics this pump goes on passing bytes through and captures no more. The pipe is
-/// read to its end whatever happens, so the child never blocks on a full pipe nobody reads.
-pub fn pump(
-    mut src: impl Read,
-    mut dst: impl Write,
-    stream: Stream,
-    sequencer: Arc<Mutex<Sequencer>>,
-) {
-    let mut splitter = LineSplitter::new(MAX_LINE);
+/// Every read is written through at once (one `write` and a flush, before the sink sees it), so
+/// the passthrough is byte-exact and never waits for a line to complete. The sink is the part
+/// that may go wrong (a bug, a poisoned lock): it runs under `catch_unwind`, and if it ever panics
+/// this pump goes on passing bytes through and hands over no more. The pipe is read to its end
+/// whatever happens, so the child never blocks on a full pipe nobody reads.
+pub fn pump(mut src: impl Read, mut dst: impl Write, stream: Stream, mut sink: impl FnMut(Bytes, i64)) {
     let mut buf = BytesMut::new();
-    let mut lines = Vec::new();
     let mut passthrough_ok = true;
     let mut capturing = true;
     loop {
         if buf.capacity() < READ_SIZE / 4 {
-            // Earlier reads are shared with queued lines: start a new buffer (the old one is
-            // freed when its last line is shipped), zeroed once, not once per read.
+            // Earlier reads are shared with queued chunks and lines: start a new buffer (the old
+            // one is freed when its last reader is done), zeroed once, not once per read.
             buf = BytesMut::zeroed(READ_SIZE);
             buf.clear();
         }
@@ -202,21 +209,54 @@ pub fn pump(
             }
         }
         if capturing {
-            capturing = guarded(stream, || {
-                splitter.push(&chunk, now, &mut |l| lines.push(l));
-                if !lines.is_empty() {
-                    let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
-                    s.accept_all(stream, lines.drain(..));
-                }
-            });
+            capturing = guarded(stream, || sink(chunk, now));
         }
     }
-    if capturing {
-        guarded(stream, || {
-            splitter.finish(&mut |l| lines.push(l));
-            let mut s = sequencer.lock().unwrap_or_else(|p| p.into_inner());
-            s.accept_all(stream, lines.drain(..));
-        });
+}
+
+/// One stream's lines: splits the reads of one pipe into lines and hands them, numbered, to the
+/// shared [`Sequencer`]. Kept across a takeover, so a line the supervisor's last read began ends
+/// where the shipper's first read ends it.
+pub struct Capture {
+    stream: Stream,
+    splitter: LineSplitter,
+    lines: Vec<SplitLine>,
+    sequencer: Arc<Mutex<Sequencer>>,
+}
+
+impl Capture {
+    pub fn new(stream: Stream, sequencer: Arc<Mutex<Sequencer>>) -> Self {
+        Capture { stream, splitter: LineSplitter::new(MAX_LINE), lines: Vec::new(), sequencer }
+    }
+
+    /// One read of the pipe, at `now_ns`.
+    pub fn chunk(&mut self, chunk: &Bytes, now_ns: i64) {
+        let lines = &mut self.lines;
+        self.splitter.push(chunk, now_ns, &mut |l| lines.push(l));
+        self.flush();
+    }
+
+    /// `lines` lines of this stream were dropped before they got here: the line under way is
+    /// lost too, and the numbers of the dropped lines are spent, so the server sees the gap.
+    /// Returns how many lines were lost in all.
+    pub fn gap(&mut self, lines: u64) -> u64 {
+        let partial = u64::from(self.splitter.discard());
+        self.sequencer.lock().unwrap_or_else(|p| p.into_inner()).skip(self.stream, lines + partial);
+        lines + partial
+    }
+
+    /// The pipe ended: a last line without a newline is a line.
+    pub fn finish(&mut self) {
+        let lines = &mut self.lines;
+        self.splitter.finish(&mut |l| lines.push(l));
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        if !self.lines.is_empty() {
+            let mut s = self.sequencer.lock().unwrap_or_else(|p| p.into_inner());
+            s.accept_all(self.stream, self.lines.drain(..));
+        }
     }
 }
 
@@ -298,7 +338,9 @@ mod tests {
             let queue = Arc::new(LineQueue::new(1 << 20, 1 << 30));
             let seq = Arc::new(Mutex::new(Sequencer::new(None, queue.clone())));
             let mut out = Vec::new();
-            pump(Trickle(&input, piece), &mut out, Stream::Stdout, seq);
+            let mut capture = Capture::new(Stream::Stdout, seq);
+            pump(Trickle(&input, piece), &mut out, Stream::Stdout, |c, ns| capture.chunk(&c, ns));
+            capture.finish();
             assert_eq!(out, input);
             let lines = queue.drain_all();
             assert_eq!(lines.len(), 3000);
@@ -314,11 +356,39 @@ mod tests {
         let seq = Arc::new(Mutex::new(Sequencer::new(Some(RankFiler::new(0)), queue.clone())));
         let input: &[u8] = b"[rank1]:a\nlauncher\n[default1]:b\n\xff partial";
         let mut out = Vec::new();
-        pump(input, &mut out, Stream::Stderr, seq);
+        let mut capture = Capture::new(Stream::Stderr, seq);
+        pump(input, &mut out, Stream::Stderr, |c, ns| capture.chunk(&c, ns));
+        capture.finish();
         assert_eq!(out, input);
         let lines = queue.drain_all();
         let got: Vec<(Option<u32>, u64)> = lines.iter().map(|l| (l.rank, l.seq)).collect();
         assert_eq!(got, vec![(Some(1), 0), (None, 0), (Some(1), 1), (None, 1)]);
         assert_eq!(&lines[3].raw[..], b"\xff partial");
+    }
+
+    #[test]
+    fn a_gap_spends_the_dropped_lines_numbers_and_the_line_it_cut() {
+        let queue = Arc::new(LineQueue::new(100, 1 << 20));
+        let seq = Arc::new(Mutex::new(Sequencer::new(None, queue.clone())));
+        let mut c = Capture::new(Stream::Stdout, seq);
+        c.chunk(&Bytes::from_static(b"a\nhalf"), 1);
+        assert_eq!(c.gap(3), 4, "three dropped lines and the half line they cut");
+        c.chunk(&Bytes::from_static(b"tail\nb\n"), 2);
+        let got: Vec<(u64, Vec<u8>)> = queue.drain_all().into_iter().map(|l| (l.seq, l.raw.to_vec())).collect();
+        assert_eq!(got, vec![(0, b"a".to_vec()), (5, b"tail".to_vec()), (6, b"b".to_vec())]);
+        assert_eq!(queue.dropped(), 4);
+    }
+
+    #[test]
+    fn a_sink_that_panics_stops_capture_but_never_the_pass_through() {
+        let input: Vec<u8> = (0..2000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+        let mut out = Vec::new();
+        let mut calls = 0;
+        pump(Trickle(&input, 100), &mut out, Stream::Stdout, |_, _| {
+            calls += 1;
+            panic!("a bug in capture");
+        });
+        assert_eq!(out, input, "every byte passed through");
+        assert_eq!(calls, 1, "capture stopped after its first failure");
     }
 }

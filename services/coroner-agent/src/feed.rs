@@ -1,29 +1,31 @@
 //! The feed: what the supervisor tells the shipper process, over one pipe, in order.
 //!
-//! The first record is the plan (JSON), then the child's lines as the supervisor captured and
-//! numbered them, then at most one process end. The supervisor is the only writer and the
-//! shipper the only reader; the feed ends when the supervisor closes its end (after the process
-//! end) or dies (no process end: the shipper takes over the pass-through, see `shipping.rs`).
+//! The first record is the plan (JSON), then the child's output as the supervisor read it (each
+//! read with its capture time, and a gap where reads were dropped), then at most one process end.
+//! The supervisor is the only writer and the shipper the only reader; the feed ends when the
+//! supervisor closes its end (after the process end) or dies (no process end: the shipper takes
+//! over the pass-through, see `shipping.rs`).
 //!
 //! Framing, little-endian: one tag byte, then
 //! - `P` plan: `u32` length, JSON bytes;
-//! - `L` line: `u8` stream (a `v1::StreamKind`), `u8` 1 if a rank follows, `u32` rank, `u64`
-//!   seq, `i64` capture time, `u32` length, the line's bytes;
+//! - `C` chunk: `u8` stream (a `v1::StreamKind`), `i64` capture time, `u32` length, the bytes;
+//! - `G` gap: `u8` stream, `u64` lines dropped, `u64` bytes dropped;
 //! - `E` process end: `u8` flags (1 exit code, 2 signal), `i32` exit code, `i32` signal, `i64`
-//!   when, `u64` lines the supervisor dropped or could not hand over.
+//!   when, `u64` lines the supervisor could not hand over (no shipper ran).
 //!
 //! A reader that meets anything else stops: the two ends are one binary, so that is a bug, and
 //! the shipper then behaves as if the supervisor had gone.
 
+use crate::chunks::Entry;
 use crate::plan::Plan;
-use crate::queue::Line;
 use bytes::{Buf, Bytes, BytesMut};
 use std::io::{self, Read};
 
 const TAG_PLAN: u8 = b'P';
-const TAG_LINE: u8 = b'L';
+const TAG_CHUNK: u8 = b'C';
+const TAG_GAP: u8 = b'G';
 const TAG_END: u8 = b'E';
-/// The longest record body a reader accepts (a line is at most 1 MiB plus its marker).
+/// The longest record body a reader accepts (a read is at most 64 KiB; a plan a few KiB).
 const MAX_BODY: u32 = 4 << 20;
 
 /// How the child ended, as the supervisor saw it.
@@ -38,7 +40,8 @@ pub struct End {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     Plan(Box<Plan>),
-    Line(Line),
+    /// A chunk or a gap.
+    Output(Entry),
     End(End),
 }
 
@@ -49,15 +52,22 @@ pub fn encode_plan(plan: &Plan, out: &mut Vec<u8>) {
     out.extend_from_slice(&json);
 }
 
-pub fn encode_line(line: &Line, out: &mut Vec<u8>) {
-    out.push(TAG_LINE);
-    out.push(u8::try_from(line.stream).unwrap_or(0));
-    out.push(u8::from(line.rank.is_some()));
-    out.extend_from_slice(&line.rank.unwrap_or(0).to_le_bytes());
-    out.extend_from_slice(&line.seq.to_le_bytes());
-    out.extend_from_slice(&line.capture_ns.to_le_bytes());
-    out.extend_from_slice(&(line.raw.len() as u32).to_le_bytes());
-    out.extend_from_slice(&line.raw);
+pub fn encode_entry(entry: &Entry, out: &mut Vec<u8>) {
+    match entry {
+        Entry::Chunk { stream, capture_ns, bytes } => {
+            out.push(TAG_CHUNK);
+            out.push(*stream);
+            out.extend_from_slice(&capture_ns.to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        Entry::Gap { stream, lines, bytes } => {
+            out.push(TAG_GAP);
+            out.push(*stream);
+            out.extend_from_slice(&lines.to_le_bytes());
+            out.extend_from_slice(&bytes.to_le_bytes());
+        }
+    }
 }
 
 pub fn encode_end(end: &End, out: &mut Vec<u8>) {
@@ -69,8 +79,8 @@ pub fn encode_end(end: &End, out: &mut Vec<u8>) {
     out.extend_from_slice(&end.dropped.to_le_bytes());
 }
 
-/// Reads records from the feed in large reads; a line's bytes are a slice of the read buffer, not
-/// a copy of their own (the shipper's hot path: one record per line of the job).
+/// Reads records from the feed in large reads; a chunk's bytes are a slice of the read buffer,
+/// not a copy of their own.
 pub struct FeedReader<R> {
     src: R,
     buf: BytesMut,
@@ -83,11 +93,6 @@ const READ_CHUNK: usize = 256 << 10;
 impl<R: Read> FeedReader<R> {
     pub fn new(src: R) -> Self {
         FeedReader { src, buf: BytesMut::new(), eof: false }
-    }
-
-    /// Whether a whole record is already buffered (the next `next` will not read the pipe).
-    pub fn has_buffered_record(&self) -> bool {
-        matches!(record_len(&self.buf), Ok(Some(n)) if self.buf.len() >= n)
     }
 
     /// The next record; `Ok(None)` at the end of the feed. A record torn by the end of the feed,
@@ -136,7 +141,8 @@ fn record_len(buf: &[u8]) -> io::Result<Option<usize>> {
     let Some(&tag) = buf.first() else { return Ok(None) };
     let (header, len_at) = match tag {
         TAG_PLAN => (1 + 4, 1),
-        TAG_LINE => (1 + 22 + 4, 23),
+        TAG_CHUNK => (1 + 9 + 4, 10),
+        TAG_GAP => return Ok(Some(1 + 17)),
         TAG_END => return Ok(Some(1 + 25)),
         other => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown feed record {other:#04x}"))),
     };
@@ -158,14 +164,16 @@ fn decode(mut b: Bytes) -> io::Result<Record> {
             let plan = serde_json::from_slice(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("plan: {e}")))?;
             Ok(Record::Plan(Box::new(plan)))
         }
-        TAG_LINE => {
-            let stream = i32::from(b.get_u8());
-            let has_rank = b.get_u8() == 1;
-            let rank = b.get_u32_le();
-            let seq = b.get_u64_le();
+        TAG_CHUNK => {
+            let stream = b.get_u8();
             let capture_ns = b.get_i64_le();
             b.advance(4);
-            Ok(Record::Line(Line { raw: b, seq, capture_ns, stream, rank: has_rank.then_some(rank) }))
+            Ok(Record::Output(Entry::Chunk { stream, capture_ns, bytes: b }))
+        }
+        TAG_GAP => {
+            let stream = b.get_u8();
+            let lines = b.get_u64_le();
+            Ok(Record::Output(Entry::Gap { stream, lines, bytes: b.get_u64_le() }))
         }
         _ => {
             let flags = b.get_u8();
@@ -185,25 +193,8 @@ fn decode(mut b: Bytes) -> io::Result<Record> {
 mod tests {
     use super::*;
 
-    fn line(seq: u64, rank: Option<u32>, text: &[u8]) -> Line {
-        Line { raw: Bytes::copy_from_slice(text), seq, capture_ns: -5 + seq as i64, stream: 2, rank }
-    }
-
-    #[test]
-    fn records_read_back_in_order() {
-        let mut buf = Vec::new();
-        let lines = [line(0, None, b"hello \xff\x00"), line(1, Some(7), b""), line(2, Some(0), &[b'x'; 70_000])];
-        for l in &lines {
-            encode_line(l, &mut buf);
-        }
-        let end = End { exit_code: None, signal: Some(9), at_ns: 123, dropped: 4 };
-        encode_end(&end, &mut buf);
-        let mut r = FeedReader::new(&buf[..]);
-        for l in &lines {
-            assert_eq!(r.next().unwrap(), Some(Record::Line(l.clone())));
-        }
-        assert_eq!(r.next().unwrap(), Some(Record::End(end)));
-        assert_eq!(r.next().unwrap(), None);
+    fn chunk(stream: u8, ns: i64, text: &[u8]) -> Entry {
+        Entry::Chunk { stream, capture_ns: ns, bytes: Bytes::copy_from_slice(text) }
     }
 
     /// Hands out its bytes a few at a time, like a pipe.
@@ -221,39 +212,41 @@ mod tests {
     #[test]
     fn the_reader_reads_every_record_whatever_the_read_sizes() {
         let mut buf = Vec::new();
-        let lines: Vec<Line> = (0..500).map(|i| line(i, (i % 3 == 0).then_some(i as u32), &vec![b'a' + (i % 26) as u8; (i * 37 % 3000) as usize])).collect();
-        for l in &lines {
-            encode_line(l, &mut buf);
+        let mut entries: Vec<Entry> = (0..500).map(|i| chunk(1 + (i % 2) as u8, -5 + i, &vec![b'a' + (i % 26) as u8; (i * 37 % 3000) as usize])).collect();
+        entries.insert(7, Entry::Gap { stream: 2, lines: 12, bytes: 4096 });
+        entries.push(chunk(1, 0, b"bad \xff\x00 bytes"));
+        for e in &entries {
+            encode_entry(e, &mut buf);
         }
-        let end = End { exit_code: Some(0), signal: None, at_ns: 9, dropped: 0 };
+        let end = End { exit_code: None, signal: Some(9), at_ns: 123, dropped: 4 };
         encode_end(&end, &mut buf);
         for piece in [1, 7, 4096, 1 << 20] {
             let mut r = FeedReader::new(Trickle(&buf, piece));
-            for l in &lines {
-                assert_eq!(r.next().unwrap(), Some(Record::Line(l.clone())), "read {piece} at a time");
+            for e in &entries {
+                assert_eq!(r.next().unwrap(), Some(Record::Output(e.clone())), "read {piece} at a time");
             }
             assert_eq!(r.next().unwrap(), Some(Record::End(end.clone())));
             assert_eq!(r.next().unwrap(), None);
         }
-        let mut r = FeedReader::new(&buf[..buf.len() - 3]);
-        let mut last = Ok(None);
-        for _ in 0..=lines.len() {
-            last = r.next();
-        }
-        assert!(last.is_err(), "the torn end is an error, not a record");
     }
 
     #[test]
-    fn a_torn_or_foreign_record_is_an_error_not_a_line() {
+    fn a_torn_or_foreign_record_is_an_error_not_output() {
         let mut buf = Vec::new();
-        encode_line(&line(0, None, b"abcdef"), &mut buf);
+        encode_entry(&chunk(1, 0, b"abcdef"), &mut buf);
+        encode_entry(&chunk(1, 0, b"ghijkl"), &mut buf);
         buf.truncate(buf.len() - 2);
         let mut r = FeedReader::new(&buf[..]);
+        assert!(r.next().unwrap().is_some(), "the whole record before the tear reads");
         assert!(r.next().is_err());
         assert!(FeedReader::new(&b"Z123"[..]).next().is_err());
-        let mut huge = vec![TAG_LINE];
-        huge.extend_from_slice(&[0u8; 22]);
+        let mut huge = vec![TAG_CHUNK];
+        huge.extend_from_slice(&[0u8; 9]);
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(FeedReader::new(&huge[..]).next().is_err(), "no 4 GiB allocation for a bad length");
+        let mut plan = Vec::new();
+        let p = crate::plan::tests::a_plan();
+        encode_plan(&p, &mut plan);
+        assert_eq!(FeedReader::new(&plan[..]).next().unwrap(), Some(Record::Plan(Box::new(p))));
     }
 }

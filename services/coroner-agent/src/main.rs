@@ -9,6 +9,7 @@
 //! `coroner-agent ship --spool-dir DIR` sends what earlier agents left in their spools.
 
 mod capture;
+mod chunks;
 mod clock;
 mod collect;
 mod feed;
@@ -19,6 +20,7 @@ mod launcher;
 mod leftover;
 mod plan;
 mod queue;
+mod relay;
 mod replay;
 mod shipper;
 mod shipping;

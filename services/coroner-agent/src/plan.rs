@@ -284,10 +284,16 @@ fn stamp(ns: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::Parser;
     use std::collections::HashMap;
+
+    /// A plan as a plain run in a torchrun worker's environment would make.
+    pub(crate) fn a_plan() -> Plan {
+        let a = args(&["coroner-agent", "run", "--", "python", "train.py"]);
+        Plan::resolve(&a, env_of(&[("TORCHELASTIC_RUN_ID", "r1"), ("RANK", "3"), ("WORLD_SIZE", "8")]), "vm", 7, NS)
+    }
 
     fn args(argv: &[&str]) -> RunArgs {
         let cli = crate::Cli::try_parse_from(argv).unwrap();

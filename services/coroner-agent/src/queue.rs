@@ -89,8 +89,6 @@ struct Inner {
     peak_bytes: usize,
     /// A wait for room timed out: drop instead of waiting until the shipper takes lines again.
     stalled: bool,
-    /// No more lines will come (`close`): a waiting reader takes what is left and stops.
-    closed: bool,
 }
 
 /// Lines waiting for the shipper.
@@ -104,8 +102,6 @@ pub struct LineQueue {
     wake_bytes: usize,
     /// Signalled when the shipper takes lines.
     room: Condvar,
-    /// Signalled when lines arrive in an empty queue, or it is closed (for a blocking reader).
-    arrived: Condvar,
     /// The shipper drains the queue without bound (it has a spool with room): worth waiting for.
     draining: AtomicBool,
     wait_for_room: Duration,
@@ -126,7 +122,6 @@ impl LineQueue {
             wake_lines,
             wake_bytes,
             room: Condvar::new(),
-            arrived: Condvar::new(),
             draining: AtomicBool::new(false),
             wait_for_room: WAIT_FOR_ROOM,
         }
@@ -164,9 +159,6 @@ impl LineQueue {
             q = self.push_locked(q, line);
         }
         q.peak_bytes = q.peak_bytes.max(q.bytes);
-        if lines_before == 0 && !q.lines.is_empty() {
-            self.arrived.notify_one();
-        }
         let wake = (lines_before < self.wake_lines && q.lines.len() >= self.wake_lines)
             || (bytes_before < self.wake_bytes && q.bytes >= self.wake_bytes);
         drop(q);
@@ -245,34 +237,6 @@ impl LineQueue {
         out
     }
 
-    /// Like [`LineQueue::take_batch`], but waits up to `timeout` for a line while the queue is
-    /// empty and open (for a reader on a thread of its own). Empty when it timed out or the
-    /// queue is closed and empty.
-    pub fn wait_batch(&self, max_lines: usize, max_bytes: usize, timeout: Duration) -> Vec<Line> {
-        {
-            let q = self.lock();
-            if q.lines.is_empty() && !q.closed {
-                let (q, _) = self.arrived.wait_timeout(q, timeout).unwrap_or_else(|p| p.into_inner());
-                if q.lines.is_empty() {
-                    return Vec::new();
-                }
-            }
-        }
-        self.take_batch(max_lines, max_bytes)
-    }
-
-    /// Says that no more lines will come: a reader waiting in [`LineQueue::wait_batch`] wakes.
-    pub fn close(&self) {
-        self.lock().closed = true;
-        self.arrived.notify_all();
-    }
-
-    /// Whether the queue is closed and everything in it was taken.
-    pub fn is_finished(&self) -> bool {
-        let q = self.lock();
-        q.closed && q.lines.is_empty()
-    }
-
     #[cfg(test)]
     pub fn drain_all(&self) -> Vec<Line> {
         let mut q = self.lock();
@@ -295,9 +259,15 @@ impl LineQueue {
         self.lock().peak_bytes
     }
 
-    /// Lines dropped so far because the queue was full.
+    /// Lines dropped so far because the queue was full, or counted in with [`LineQueue::count_dropped`].
     pub fn dropped(&self) -> u64 {
         self.lock().dropped
+    }
+
+    /// Counts lines that were dropped before they reached this queue (the supervisor's gaps).
+    pub fn count_dropped(&self, lines: u64) {
+        let mut q = self.lock();
+        q.dropped = q.dropped.saturating_add(lines);
     }
 }
 
@@ -421,25 +391,5 @@ mod tests {
     fn futures_now(q: &LineQueue) -> Option<()> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         rt.block_on(async { tokio::time::timeout(std::time::Duration::from_millis(1), q.notify.notified()).await.ok() })
-    }
-
-    #[test]
-    fn a_blocking_reader_wakes_for_lines_and_for_close() {
-        let q = std::sync::Arc::new(LineQueue::new(10, 1 << 20));
-        assert!(q.wait_batch(10, 1 << 20, Duration::from_millis(1)).is_empty(), "times out when empty");
-        let q2 = q.clone();
-        let reader = std::thread::spawn(move || {
-            let mut got = Vec::new();
-            while !q2.is_finished() {
-                got.extend(q2.wait_batch(10, 1 << 20, Duration::from_secs(30)).into_iter().map(|l| l.seq));
-            }
-            got
-        });
-        for i in 0..5 {
-            q.push(line(i, "x"));
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        q.close();
-        assert_eq!(reader.join().unwrap(), vec![0, 1, 2, 3, 4]);
     }
 }

@@ -17,15 +17,15 @@
 //! stderr (so whoever reads them to their end is not held) and lets a collection or upload still
 //! under way finish, for at most [`COLLECT_LIMIT`] more.
 
-use crate::capture::{self, now_ns, Sequencer};
+use crate::capture::{self, now_ns, Capture, Sequencer};
+use crate::chunks::Entry;
 use crate::feed::{self, End, Record};
 use crate::launcher::RankFiler;
 use crate::plan::Plan;
-use crate::queue::{Line, LineQueue};
-use crate::{collect, gpu_sampler, heartbeat, shipper, snapshots, spool};
+use crate::queue::LineQueue;
+use crate::{collect, gpu_sampler, heartbeat, relay, shipper, snapshots, spool};
 use coroner_model::Stream;
 use coroner_proto::v1;
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::PathBuf;
@@ -38,6 +38,8 @@ const CHILD_OUT_FD: RawFd = 4;
 const CHILD_ERR_FD: RawFd = 5;
 /// Closed once what could be delivered was (the supervisor waits for that, not for our exit).
 const DELIVERED_FD: RawFd = 6;
+/// The pass-through's progress page (`relay.rs`).
+const PROGRESS_FD: RawFd = 7;
 
 /// The in-memory queue between the feed and the shipper, which spools it as fast as the disk
 /// takes it (see `queue.rs`).
@@ -72,6 +74,7 @@ pub fn run() -> i32 {
     };
     let pipes = (take_fd(CHILD_OUT_FD), take_fd(CHILD_ERR_FD));
     let delivered = take_fd(DELIVERED_FD);
+    let progress = take_fd(PROGRESS_FD).and_then(|f| relay::Progress::map(f.into()).ok());
     let mut reader = feed::FeedReader::new(feed);
     let plan = match reader.next() {
         Ok(Some(Record::Plan(p))) => *p,
@@ -94,12 +97,12 @@ pub fn run() -> i32 {
             return 1;
         }
     };
-    rt.block_on(ship(plan, reader, pipes, delivered));
+    rt.block_on(ship(plan, reader, pipes, progress, delivered));
     rt.shutdown_timeout(Duration::from_millis(50));
     0
 }
 
-async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, Option<File>), delivered: Option<File>) {
+async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, Option<File>), progress: Option<relay::Progress>, delivered: Option<File>) {
     let session = session_request(&plan);
     let (spool, orphans) = open_spool(&plan, &session);
     let queue = Arc::new(LineQueue::new(QUEUE_LINES, QUEUE_BYTES));
@@ -129,11 +132,13 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
             fr_pipe: plan.fr_pipe_prefix.as_ref().map(|p| PathBuf::from(format!("{p}{rank}.pipe"))),
         }))
     });
-    let filer = || plan.is_launcher.then(|| RankFiler::new(plan.node_rank_base.unwrap_or(0)));
-    // GPU samples are the only lines numbered here (on the `file` stream); the child's lines come
-    // numbered by the supervisor.
+    // One numbering for the child's lines (split here from the supervisor's reads) and the GPU
+    // samples (on the `file` stream): a launcher agent's local-to-global mapping learnt on one
+    // stream applies to all.
+    let filer = plan.is_launcher.then(|| RankFiler::new(plan.node_rank_base.unwrap_or(0)));
+    let sequencer = Arc::new(Mutex::new(Sequencer::new(filer, queue.clone())));
     let gpu_sampler = (plan.gpu_sample_ms > 0).then(|| {
-        let s = Arc::new(Mutex::new(Sequencer::new(filer(), queue.clone())));
+        let s = sequencer.clone();
         let local_rank = if plan.is_launcher { None } else { plan.local_rank };
         let visible = gpu_sampler::devices_to_sample(plan.cuda_visible_devices.as_deref(), local_rank);
         gpu_sampler::Sampler::start(Duration::from_millis(plan.gpu_sample_ms), PathBuf::from("nvidia-smi"), visible, move |lines| {
@@ -145,9 +150,9 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
 
     let (ending_tx, ending_rx) = tokio::sync::oneshot::channel();
     {
-        let (queue, plan) = (queue.clone(), plan.clone());
+        let (sequencer, pid) = (sequencer.clone(), plan.child_pid);
         std::thread::spawn(move || {
-            let ending = read_feed(reader, pipes, &queue, &plan);
+            let ending = read_feed(reader, pipes, progress, sequencer, pid);
             let _ = ending_tx.send(ending);
         });
     }
@@ -235,58 +240,77 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
     }
 }
 
-/// Reads the feed into the queue until the child's end, or takes over the pass-through when the
-/// feed breaks off without one.
-fn read_feed(mut reader: feed::FeedReader<File>, pipes: (Option<File>, Option<File>), queue: &Arc<LineQueue>, plan: &Plan) -> Ending {
-    let mut next: HashMap<(Option<u32>, Stream), u64> = HashMap::new();
-    let mut batch: Vec<Line> = Vec::new();
+/// Splits the supervisor's reads into lines until the child's end, or takes over the
+/// pass-through when the feed breaks off without one.
+fn read_feed(
+    mut reader: feed::FeedReader<File>,
+    pipes: (Option<File>, Option<File>),
+    progress: Option<relay::Progress>,
+    sequencer: Arc<Mutex<Sequencer>>,
+    child_pid: u32,
+) -> Ending {
+    let mut out = Capture::new(Stream::Stdout, sequencer.clone());
+    let mut err = Capture::new(Stream::Stderr, sequencer);
     loop {
         let record = reader.next();
         match record {
-            Ok(Some(Record::Line(line))) => {
-                if let Ok(stream) = coroner_proto::convert::stream_from_wire(line.stream, line.seq) {
-                    next.insert((line.rank, stream), line.seq + 1);
-                }
-                batch.push(line);
-                // Queue what one read of the feed brought, under one lock.
-                if !reader.has_buffered_record() || batch.len() >= 1024 {
-                    queue.push_all(batch.drain(..));
+            Ok(Some(Record::Output(entry))) => {
+                let capture = if i32::from(entry.stream()) == STDERR { &mut err } else { &mut out };
+                match entry {
+                    Entry::Chunk { capture_ns, bytes, .. } => capture.chunk(&bytes, capture_ns),
+                    Entry::Gap { lines, .. } => {
+                        capture.gap(lines);
+                    }
                 }
             }
             Ok(Some(Record::Plan(_))) => {}
             Ok(Some(Record::End(end))) => {
-                queue.push_all(batch.drain(..));
+                out.finish();
+                err.finish();
                 return Ending::Ended(end);
             }
             Ok(None) | Err(_) => {
-                queue.push_all(batch.drain(..));
                 if let Err(e) = &record {
                     tracing::debug!("the feed broke off: {e}");
                 }
-                take_over(pipes, queue, plan, next);
+                take_over(pipes, progress, out, err, child_pid);
                 return Ending::Orphaned;
             }
         }
     }
 }
 
-/// Passes the child's output through in the supervisor's place, numbering on where it stopped,
-/// until the child (and whatever it started) closes its pipes.
-fn take_over(pipes: (Option<File>, Option<File>), queue: &Arc<LineQueue>, plan: &Plan, next: HashMap<(Option<u32>, Stream), u64>) {
-    tracing::warn!(
-        "the agent's supervisor is gone; passing the job's output through from here (pid {} runs on; how it ends will not be known)",
-        plan.child_pid
-    );
-    let filer = plan.is_launcher.then(|| RankFiler::new(plan.node_rank_base.unwrap_or(0)));
-    let sequencer = Arc::new(Mutex::new(Sequencer::continuing(filer, queue.clone(), next)));
+/// The wire value of stderr, as the supervisor tags its reads.
+const STDERR: i32 = v1::StreamKind::Stderr as i32;
+
+/// Passes the child's output through in the supervisor's place, with the same line state (a line
+/// the supervisor's last read began ends where our first read ends it), until the child (and
+/// whatever it started) closes its pipes. What the supervisor wrote out but had not consumed
+/// from a pipe is captured here, not written again.
+fn take_over(pipes: (Option<File>, Option<File>), progress: Option<relay::Progress>, mut out: Capture, mut err: Capture, child_pid: u32) {
+    tracing::warn!("the agent's supervisor is gone; passing the job's output through from here (pid {child_pid} runs on; how it ends will not be known)");
+    let written_twice = |pipe: &mut File, slot: usize, capture: &mut Capture| {
+        let n = progress.as_ref().map_or(0, |p| p.unconsumed(relay::Slot(slot)));
+        if n > 0 {
+            if let Ok(bytes) = relay::take_unconsumed(pipe, n) {
+                capture.chunk(&bytes::Bytes::from(bytes), now_ns());
+            }
+        }
+    };
     let mut pumps = Vec::new();
-    if let Some(out) = pipes.0 {
-        let s = sequencer.clone();
-        pumps.push(std::thread::spawn(move || capture::pump(out, std::io::stdout(), Stream::Stdout, s)));
+    if let Some(mut pipe) = pipes.0 {
+        written_twice(&mut pipe, 0, &mut out);
+        pumps.push(std::thread::spawn(move || {
+            capture::pump(pipe, std::io::stdout(), Stream::Stdout, |c, ns| out.chunk(&c, ns));
+            out.finish();
+        }));
     }
-    if let Some(err) = pipes.1 {
-        let s = sequencer.clone();
-        pumps.push(std::thread::spawn(move || capture::pump(err, std::io::stderr(), Stream::Stderr, s)));
+    if let Some(mut pipe) = pipes.1 {
+        written_twice(&mut pipe, 1, &mut err);
+        pumps.push(std::thread::spawn(move || {
+            capture::pump(pipe, std::io::stderr(), Stream::Stderr, |c, ns| err.chunk(&c, ns));
+            err.finish();
+        }));
     }
     for p in pumps {
         let _ = p.join();

@@ -3,13 +3,13 @@
 //!
 //! 1. runs CMD with its stdout and stderr on pipes (stdin, and everything else, as given);
 //! 2. copies each pipe through to its own stdout or stderr byte for byte as it arrives
-//!    (`capture::pump`), and queues the lines, stamped and numbered, in a bounded queue: in a
-//!    burst faster than the shipper takes them a pipe thread waits for room at most 250 ms (as on
-//!    a slow terminal), then routine lines are dropped before errors; with no shipper running,
-//!    nothing ever waits;
-//! 3. hands the lines to the **shipper**, a process of its own (`coroner-agent shipper`, named
-//!    `coroner-shipper`), over the feed pipe (`feed.rs`); the shipper spools, ships, watches
-//!    snapshots and talks to coronerd;
+//!    (`capture::pump`), and queues each read with its capture time in a bounded queue
+//!    (`chunks.rs`): in a burst faster than the shipper takes them a pipe thread waits for room at
+//!    most 250 ms (as on a slow terminal), then reads are dropped and counted; with no shipper
+//!    running, nothing ever waits. It does not split lines: that is the shipper's work;
+//! 3. hands the reads to the **shipper**, a process of its own (`coroner-agent shipper`, named
+//!    `coroner-shipper`), over the feed pipe (`feed.rs`); the shipper splits and numbers the
+//!    lines, spools, ships, watches snapshots and talks to coronerd;
 //! 4. forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the child, waits for
 //!    it, sends its end down the feed, waits for the shipper at most `--linger`, and exits with
 //!    the child's status (128+N for a signal).
@@ -22,25 +22,24 @@
 //! the pass-through (see `shipping.rs`), so the child never gets a broken pipe.
 //! ARCHITECTURE.md, "The agent's processes", says why this design and not another.
 
-use crate::capture::{self, now_ns, Sequencer};
+use crate::capture::{self, now_ns};
+use crate::chunks::{ChunkQueue, Entry};
+use crate::relay;
 use crate::feed::{self, End};
-use crate::launcher::RankFiler;
 use crate::plan::Plan;
-use crate::queue::LineQueue;
 use coroner_model::Stream;
+use coroner_proto::convert::stream_to_wire;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// The queue between the pipes and the feed: what a burst may hold while the shipper catches up.
-const QUEUE_LINES: usize = 32 * 1024;
 const QUEUE_BYTES: usize = 4 << 20;
-/// One write to the feed: at most this many lines or bytes.
-const FEED_BATCH_LINES: usize = 1024;
+/// One write to the feed: about this many bytes.
 const FEED_BATCH_BYTES: usize = 1 << 20;
 /// The feed pipe's buffer, asked of the kernel (a plain pipe holds 64 KiB).
 const FEED_PIPE_BYTES: libc::c_int = 1 << 20;
@@ -80,19 +79,37 @@ pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
     forwarder.target(child.id());
     // Copies of the pipes' read ends, for each shipper to hold (the pumps close theirs at EOF).
     let copy = |fd: Option<RawFd>| fd.and_then(|fd| dup_cloexec(fd).ok());
-    let queue = Arc::new(LineQueue::new(QUEUE_LINES, QUEUE_BYTES));
-    let feeder = Feeder::new(plan.clone(), queue.clone(), copy(out.as_ref().map(AsRawFd::as_raw_fd)), copy(err.as_ref().map(AsRawFd::as_raw_fd)));
-
-    let filer = plan.is_launcher.then(|| RankFiler::new(plan.node_rank_base.unwrap_or(0)));
-    let sequencer = Arc::new(Mutex::new(Sequencer::new(filer, queue.clone())));
+    let queue = Arc::new(ChunkQueue::new(QUEUE_BYTES));
+    // What the pass-through wrote and consumed, shared with the shipper (see `relay.rs`).
+    let progress = match relay::Progress::create() {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            tracing::warn!("no shared memory for the pass-through's progress ({e}); a chunk may be lost if the agent is killed");
+            None
+        }
+    };
+    let feeder = Feeder::new(
+        plan.clone(),
+        queue.clone(),
+        copy(out.as_ref().map(AsRawFd::as_raw_fd)),
+        copy(err.as_ref().map(AsRawFd::as_raw_fd)),
+        progress.as_ref().and_then(|p| dup_cloexec(p.fd()).ok()),
+    );
     let mut pumps = Vec::new();
-    if let Some(out) = out {
-        let s = sequencer.clone();
-        pumps.push(std::thread::spawn(move || capture::pump(out, std::io::stdout(), Stream::Stdout, s)));
-    }
-    if let Some(err) = err {
-        let s = sequencer.clone();
-        pumps.push(std::thread::spawn(move || capture::pump(err, std::io::stderr(), Stream::Stderr, s)));
+    for (pipe, stream, slot) in [(out.map(OwnedFd::from), Stream::Stdout, 0), (err.map(OwnedFd::from), Stream::Stderr, 1)] {
+        let Some(pipe) = pipe else { continue };
+        let (q, progress) = (queue.clone(), progress.clone());
+        let wire = stream_to_wire(stream) as u8;
+        let sink = move |chunk, ns| q.push(wire, ns, chunk);
+        pumps.push(std::thread::spawn(move || {
+            // Our own stdout (1) or stderr (2), written without buffering.
+            let dst = 1 + slot as RawFd;
+            match progress.as_deref() {
+                Some(p) => relay::relay(pipe, dst, stream, p, relay::Slot(slot), sink),
+                None if slot == 0 => capture::pump(File::from(pipe), std::io::stdout(), stream, sink),
+                None => capture::pump(File::from(pipe), std::io::stderr(), stream, sink),
+            }
+        }));
     }
     let (end_tx, end_rx) = mpsc::channel::<End>();
     let (done_tx, done_rx) = mpsc::channel::<Option<OwnedFd>>();
@@ -111,7 +128,7 @@ pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
         std::thread::sleep(Duration::from_millis(5));
     }
     queue.close();
-    let _ = end_tx.send(End { exit_code: status.code(), signal: status.signal(), at_ns, dropped: queue.dropped() });
+    let _ = end_tx.send(End { exit_code: status.code(), signal: status.signal(), at_ns, dropped: 0 });
     // The shipper has until the deadline to deliver what it holds; the rest stays in its spool.
     let deadline = deadline.max(Instant::now() + plan.linger());
     if let Ok(Some(delivered)) = done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -227,16 +244,19 @@ impl Drop for Forwarder {
     }
 }
 
-/// Hands the queued lines to the shipper process over the feed, starting (and restarting) it.
+/// Hands the queued reads to the shipper process over the feed, starting (and restarting) it.
 struct Feeder {
     plan: Plan,
-    queue: Arc<LineQueue>,
+    queue: Arc<ChunkQueue>,
     child_out: Option<OwnedFd>,
     child_err: Option<OwnedFd>,
+    /// The pass-through's shared progress page, for each shipper to map.
+    progress: Option<OwnedFd>,
     shipper: Option<ShipperProcess>,
     started: u32,
     last_start: Instant,
-    /// Lines that never reached a shipper (none running, or it died while they were sent).
+    /// Lines that never reached a shipper (none running, or it died while they were sent),
+    /// reported in the end's count of dropped lines.
     lost: u64,
 }
 
@@ -249,8 +269,8 @@ struct ShipperProcess {
 }
 
 impl Feeder {
-    fn new(plan: Plan, queue: Arc<LineQueue>, child_out: Option<OwnedFd>, child_err: Option<OwnedFd>) -> Self {
-        Feeder { plan, queue, child_out, child_err, shipper: None, started: 0, last_start: Instant::now(), lost: 0 }
+    fn new(plan: Plan, queue: Arc<ChunkQueue>, child_out: Option<OwnedFd>, child_err: Option<OwnedFd>, progress: Option<OwnedFd>) -> Self {
+        Feeder { plan, queue, child_out, child_err, progress, shipper: None, started: 0, last_start: Instant::now(), lost: 0 }
     }
 
     /// Starts the shipper, feeds it until the queue is closed and empty, then sends the end and
@@ -258,9 +278,9 @@ impl Feeder {
     fn run(mut self, end: mpsc::Receiver<End>) -> Option<OwnedFd> {
         self.start_shipper();
         let queue = self.queue.clone();
-        let mut buf = Vec::with_capacity(FEED_BATCH_BYTES + 4096);
+        let mut buf = Vec::with_capacity(FEED_BATCH_BYTES + (64 << 10));
         while !queue.is_finished() {
-            let batch = queue.wait_batch(FEED_BATCH_LINES, FEED_BATCH_BYTES, Duration::from_millis(200));
+            let batch = queue.take(FEED_BATCH_BYTES, Duration::from_millis(200));
             if self.shipper.is_none() && self.started < MAX_SHIPPERS && self.last_start.elapsed() >= RESPAWN_AFTER {
                 self.start_shipper();
             }
@@ -269,29 +289,29 @@ impl Feeder {
                 continue;
             }
             buf.clear();
-            for line in &batch {
-                feed::encode_line(line, &mut buf);
+            for entry in &batch {
+                feed::encode_entry(entry, &mut buf);
             }
-            self.send(&buf, batch.len() as u64);
+            self.send(&buf, &batch);
         }
         let mut end = end.recv().ok()?;
         end.dropped += self.lost;
         buf.clear();
         feed::encode_end(&end, &mut buf);
-        self.send(&buf, 0);
+        self.send(&buf, &[]);
         // Closing the feed tells the shipper that nothing more comes; what is left to watch is
         // whether it has delivered.
         let ShipperProcess { done, .. } = self.shipper.take()?;
         Some(done)
     }
 
-    fn send(&mut self, bytes: &[u8], lines: u64) {
+    fn send(&mut self, bytes: &[u8], entries: &[Entry]) {
         let Some(s) = self.shipper.as_mut() else {
-            self.lost += lines;
+            self.lost += lines_in(entries);
             return;
         };
         if let Err(e) = s.feed.write_all(bytes) {
-            self.lost += lines;
+            self.lost += lines_in(entries);
             self.shipper_gone(Some(e));
         }
     }
@@ -336,7 +356,7 @@ impl Feeder {
             plan.notes = vec![format!("the shipper process was restarted ({} of {MAX_SHIPPERS}); lines in between were not shipped", self.started)];
         }
         let fd = |f: &Option<OwnedFd>| f.as_ref().map(AsRawFd::as_raw_fd);
-        match ShipperProcess::spawn(&plan, fd(&self.child_out), fd(&self.child_err)) {
+        match ShipperProcess::spawn(&plan, [fd(&self.child_out), fd(&self.child_err), fd(&self.progress)]) {
             Ok(s) => {
                 self.shipper = Some(s);
                 self.queue.set_draining(true);
@@ -346,25 +366,37 @@ impl Feeder {
     }
 }
 
+/// How many lines a batch of entries holds (a chunk's newlines, a gap's count).
+fn lines_in(entries: &[Entry]) -> u64 {
+    entries
+        .iter()
+        .map(|e| match e {
+            Entry::Chunk { bytes, .. } => memchr::memchr_iter(b'\n', bytes).count() as u64,
+            Entry::Gap { lines, .. } => *lines,
+        })
+        .sum()
+}
+
 impl ShipperProcess {
     /// Starts `coroner-agent shipper` with the feed on fd 3, copies of the child's pipes on fds 4
-    /// and 5 (for taking over the pass-through) and the write end of the "delivered" pipe on fd
-    /// 6, and sends it the plan.
-    fn spawn(plan: &Plan, child_out: Option<RawFd>, child_err: Option<RawFd>) -> std::io::Result<Self> {
+    /// and 5 (for taking over the pass-through), the write end of the "delivered" pipe on fd 6
+    /// and the pass-through's progress page on fd 7, and sends it the plan.
+    fn spawn(plan: &Plan, shared: [Option<RawFd>; 3]) -> std::io::Result<Self> {
         let (read, write) = cloexec_pipe()?;
         // SAFETY: F_SETPIPE_SZ on a pipe we own; failure (over the system's limit) is harmless.
         unsafe {
             libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, FEED_PIPE_BYTES);
         }
         let (done, done_w) = cloexec_pipe()?;
-        let sources = [Some(read.as_raw_fd()), child_out, child_err, Some(done_w.as_raw_fd())];
+        let [child_out, child_err, progress] = shared;
+        let sources = [Some(read.as_raw_fd()), child_out, child_err, Some(done_w.as_raw_fd()), progress];
         let mut cmd = Command::new("/proc/self/exe");
         cmd.arg0("coroner-shipper").arg("shipper").stdin(Stdio::null());
         // SAFETY: between fork and exec only dup/dup2/close, which are async-signal-safe. Each
         // source is first copied above the target range so no dup2 clobbers another's source.
         unsafe {
             cmd.pre_exec(move || {
-                let mut high = [-1; 4];
+                let mut high = [-1; 5];
                 for (i, src) in sources.iter().enumerate() {
                     if let Some(fd) = src {
                         high[i] = libc::fcntl(*fd, libc::F_DUPFD, 10);

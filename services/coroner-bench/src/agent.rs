@@ -218,7 +218,11 @@ pub async fn run(server: &Server, agent: &Path, input: &Path, lines: u64) -> Res
     .arg(server.url())
     .arg("--spool-dir")
     .arg(spool.path())
-    .args(["--linger", "120", "--gpu-sample-secs", "0", "--", "cat"])
+    // The linger by environment, so builds from before `--linger` (`CORONER_FLUSH_TIMEOUT`)
+    // can be measured the same way (`CORONER_AGENT=path`).
+    .env("CORONER_LINGER", "120")
+    .env("CORONER_FLUSH_TIMEOUT", "120")
+    .args(["--gpu-sample-secs", "0", "--", "cat"])
     .arg(input);
     for var in [
         "RANK",
