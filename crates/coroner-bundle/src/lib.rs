@@ -4,12 +4,14 @@
 //! Reading is forgiving: a file it cannot use becomes a warning and the rest is still read. Only
 //! a path that does not exist, or input with no lines at all, is an error.
 
+mod analyze;
 mod bundle;
 mod lines;
 mod logfile;
 pub mod snapshots;
 mod walk;
 
+pub use analyze::{analyze, Analysis};
 pub use bundle::{load_paths, rank_from_name, LoadSummary};
 
 use coroner_model::{LogLine, ProcessEnd, SnapshotSummary};

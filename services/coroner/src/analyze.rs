@@ -9,12 +9,10 @@ use std::process::ExitCode;
 pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Path>, history: Option<&str>) -> anyhow::Result<ExitCode> {
     let rules = load_rules(rules)?;
     let job = job.unwrap_or_else(|| default_job_id(&paths[0]));
-    let mut pipeline = JobPipeline::new(&job);
-    let summary = coroner_bundle::load_paths(paths, &mut pipeline)?;
+    let coroner_bundle::Analysis { mut report, summary, pipeline } = coroner_bundle::analyze(paths, &job, &rules)?;
     for w in &summary.warnings {
         eprintln!("coroner: warning: {w}");
     }
-    let mut report = pipeline.report(&rules);
     if let Some(url) = history {
         attach_history(&mut report, &pipeline, url)?;
     }
