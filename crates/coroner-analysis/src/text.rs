@@ -15,6 +15,7 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         (v, Some(f)) => {
             let who = match f.rank {
                 Some(rank) => format!("rank {rank}"),
+                None if f.candidates.is_empty() => "a process of unknown rank".to_string(),
                 None => format!("rank unknown (candidates: {})", join(&f.candidates)),
             };
             let host = f.host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
@@ -52,7 +53,9 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
                 c.pending.as_ref().map(|p| format!(", waiting in {p}")).unwrap_or_default())?;
         }
     }
-    writeln!(out, "\nRanks:")?;
+    if !r.ranks.is_empty() {
+        writeln!(out, "\nRanks:")?;
+    }
     for rk in &r.ranks {
         let clock = if rk.clock.uncertainty_ns < 0 {
             "clock unknown".to_string()

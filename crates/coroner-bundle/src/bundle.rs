@@ -337,7 +337,8 @@ fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, sink: &mut dyn Sink
         Some((r, s)) => (Some(r), s),
         None => (rank_from_name(path), stream_from_name(path)),
     };
-    load_log_bytes(&path.display().to_string(), &bytes, rank, stream, mtime_ns(path), sink, summary);
+    let name = summary.scope.relative(path);
+    load_log_bytes(&name, &bytes, rank, stream, mtime_ns(path), sink, summary);
 }
 
 /// A plain log's bytes, read by whatever opened it.
@@ -351,7 +352,12 @@ fn load_log_bytes(name: &str, bytes: &[u8], rank: Option<Rank>, stream: Stream, 
         return;
     }
     let lines = split_log(bytes, rank, stream, fallback_ns);
-    push_all(sink, lines, summary);
+    if rank.is_some() {
+        push_all(sink, lines, summary);
+    } else {
+        summary.lines += lines.len() as u64;
+        sink.log(name, lines);
+    }
 }
 
 /// `rank3.log`, `rank-3.err`, `worker_rank_3.out`, `node1-rank12.txt`: the number after "rank".

@@ -21,6 +21,13 @@ use std::path::Path;
 /// Where loaded evidence goes: the pipeline (offline analysis) or a server (import).
 pub trait Sink {
     fn line(&mut self, line: LogLine);
+    /// A whole log no session or file name owns (one `train.log`, `dmesg`, standard input),
+    /// named `source`; by default its lines are given one by one, filed by their prefixes.
+    fn log(&mut self, _source: &str, lines: Vec<LogLine>) {
+        for l in lines {
+            self.line(l);
+        }
+    }
     fn end(&mut self, end: ProcessEnd);
     fn world_size(&mut self, n: u32);
     /// A snapshot file, found in `bundle_dir` under `summary.name`.
@@ -39,6 +46,9 @@ pub trait Sink {
 impl Sink for JobPipeline {
     fn line(&mut self, line: LogLine) {
         self.push_line(line);
+    }
+    fn log(&mut self, source: &str, lines: Vec<LogLine>) {
+        self.push_log(source, lines);
     }
     fn end(&mut self, end: ProcessEnd) {
         self.add_end(end);

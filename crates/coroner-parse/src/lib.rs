@@ -17,6 +17,7 @@ pub mod launcher;
 pub mod nccl;
 mod parser;
 pub mod prefix;
+pub mod selfrank;
 mod python;
 pub mod steps;
 pub mod template;

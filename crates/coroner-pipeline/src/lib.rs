@@ -5,6 +5,7 @@
 //! and accumulates the [`JobEvidence`] the pure analysis reads. No IO.
 
 mod demux;
+mod unranked;
 
 use coroner_analysis::live::{LiveConfig, LiveMonitor};
 use coroner_analysis::{JobEvidence, RuleSet};
@@ -12,6 +13,7 @@ use coroner_model::{
     ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary,
     Stream, SuspectedHang, Verdict,
 };
+use coroner_parse::prefix::split_rank_prefix;
 use coroner_parse::RankParser;
 use std::collections::BTreeMap;
 
@@ -30,6 +32,8 @@ pub struct JobPipeline {
     live: Option<LiveMonitor>,
     /// What the live monitor's owner last decided to show, attached to running reports.
     live_findings: Vec<SuspectedHang>,
+    /// How many processes of unknown rank were made (`push_log`), and from which logs.
+    unknown_logs: u32,
 }
 
 impl JobPipeline {
@@ -42,6 +46,7 @@ impl JobPipeline {
             launcher_succeeded: false,
             live: None,
             live_findings: Vec::new(),
+            unknown_logs: 0,
         }
     }
 
@@ -129,6 +134,48 @@ impl JobPipeline {
         self.file_events(line.rank, out);
     }
 
+    /// A whole log whose owner neither a session nor its name tells (offline input: one
+    /// `train.log`, a pod log, `dmesg`), named `source` in the report's notes. Its lines are
+    /// filed by what they show (`unranked.rs`): a kernel log under no rank, prefixed lines under
+    /// their prefix's rank, the rest under the rank they name themselves or one process of
+    /// unknown rank.
+    pub fn push_log(&mut self, source: &str, lines: Vec<LogLine>) {
+        match unranked::decide(&lines) {
+            unranked::Filing::Kernel => {
+                self.add_note(format!("{source} is a kernel log: its lines belong to no rank; Xid and OOM-killer lines are joined to a rank by the pid or GPU they name"));
+                for mut l in lines {
+                    l.rank = None;
+                    self.push_line(l);
+                }
+            }
+            unranked::Filing::Process { learned, per_line, prefixed, unprefixed } => {
+                let own = match learned {
+                    Some(r) => {
+                        self.add_note(format!("{source}: no file name or prefix gives its rank; its own lines say rank {r} (as c10d and logging formats print it), so it is read as rank {r}'s log"));
+                        r
+                    }
+                    None => {
+                        let r = Rank::unknown(self.unknown_logs);
+                        self.unknown_logs = self.unknown_logs.saturating_add(1);
+                        if unprefixed > 0 && prefixed == 0 {
+                            self.add_note(format!("{source}: no file name, prefix or line of its own gives its rank: read as the log of one process of unknown rank"));
+                        }
+                        self.evidence.unknown_sources.insert(r, source.to_string());
+                        r
+                    }
+                };
+                for mut l in lines {
+                    if split_rank_prefix(&l.bytes).len == 0 {
+                        l.rank = Some(unranked::owner_of(&l, own, per_line));
+                    } else {
+                        l.rank = None;
+                    }
+                    self.push_line(l);
+                }
+            }
+        }
+    }
+
     /// A launcher's own end. torchrun exits 0 only when all its workers did, so a clean launcher
     /// exit is a clean end for every worker that has none of its own.
     pub fn add_launcher_end(&mut self, exit_code: Option<i32>, signal: Option<i32>) {
@@ -199,6 +246,7 @@ impl JobPipeline {
         for ((rank, _), parser) in &self.parsers {
             let mut out = Vec::new();
             parser.clone().finish(&mut out);
+            let out = split_off_unowned(&mut evidence, *rank, out);
             file_into(&mut evidence, *rank, out);
         }
         for ev in evidence.ranks.values_mut() {
@@ -236,6 +284,7 @@ impl JobPipeline {
                 }
             }
         }
+        let events = split_off_unowned(&mut self.evidence, rank, events);
         if rank.is_none() {
             // A per-node agent samples every GPU of its node: GPU i is local rank i's (the
             // launchers' convention), filed where that worker's `[default<i>]:` lines go.
@@ -311,6 +360,17 @@ fn thinned_steps(evidence: &JobEvidence) -> Option<String> {
         thinned.len(),
         coroner_analysis::MAX_STEPS_PER_RANK
     ))
+}
+
+/// A process of unknown rank's log also holds what its launcher, scheduler or kernel printed:
+/// those events go where such lines always go (no rank); the rest are returned.
+fn split_off_unowned(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) -> Vec<Event> {
+    if !rank.is_some_and(Rank::is_unknown) {
+        return events;
+    }
+    let (mine, none): (Vec<Event>, Vec<Event>) = events.into_iter().partition(|e| !unranked::belongs_to_no_rank(&e.kind));
+    evidence.unowned.extend(none);
+    mine
 }
 
 fn file_into(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) {

@@ -1,0 +1,122 @@
+//! A log that does not say whose it is: one `train.log`, a pod log, a pasted traceback, `dmesg`.
+//! Offline input often comes like this; the lines are filed by what they show, most certain
+//! first:
+//!
+//! 1. a kernel log (most lines shaped like `dmesg` or `journalctl -k`) belongs to no rank: its
+//!    Xid and OOM-killer lines are joined to ranks by the pid or GPU they name (`hardware.rs`);
+//! 2. a line with a launcher prefix (`[rank3]:`, `[default1]:`, `3: `, `[1,3]<stderr>:`) is that
+//!    rank's, as on every other path;
+//! 3. the other lines are the log's own process. Its rank is the one its lines name themselves
+//!    (`[Rank 3] Watchdog caught ...`, `... INFO [rank3] ...`, `RANK=3`; `coroner_parse::selfrank`)
+//!    when they all name the same one; when they name several, each such line goes to the rank it
+//!    names and the rest to one process of unknown rank ([`Rank::unknown`]). The report says
+//!    which it was.
+
+use coroner_model::{EventKind, LogLine, Rank};
+use coroner_parse::{kernel::looks_like_kernel_line, prefix::split_rank_prefix, selfrank::self_described};
+use std::collections::BTreeSet;
+
+/// How one log without an owner is filed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Filing {
+    /// A kernel log: no rank owns it.
+    Kernel,
+    /// The log's unprefixed lines: `own` unless `per_line` (several ranks named) and the line
+    /// names one. `learned` is the one rank every self-describing line named.
+    Process { learned: Option<Rank>, per_line: bool, prefixed: usize, unprefixed: usize },
+}
+
+/// Decides how a log's lines are filed (pure; see the module doc).
+pub(crate) fn decide(lines: &[LogLine]) -> Filing {
+    let mut kernel = 0usize;
+    let mut nonblank = 0usize;
+    let mut prefixed = 0usize;
+    let mut named = BTreeSet::new();
+    for l in lines {
+        let text = l.text();
+        if text.trim().is_empty() {
+            continue;
+        }
+        nonblank += 1;
+        kernel += usize::from(looks_like_kernel_line(&text));
+        if split_rank_prefix(text.as_bytes()).len > 0 {
+            prefixed += 1;
+        } else if let Some(r) = self_described(&text) {
+            named.insert(r);
+        }
+    }
+    if nonblank > 0 && kernel * 2 > nonblank {
+        return Filing::Kernel;
+    }
+    let learned = if named.len() == 1 { named.first().copied().map(Rank) } else { None };
+    Filing::Process { learned, per_line: named.len() > 1, prefixed, unprefixed: nonblank - prefixed }
+}
+
+/// The owner of one unprefixed line of a process log: the rank it names itself when the log
+/// names several, else the log's own process.
+pub(crate) fn owner_of(line: &LogLine, own: Rank, per_line: bool) -> Rank {
+    if per_line {
+        if let Some(r) = self_described(&line.text()) {
+            return Rank(r);
+        }
+    }
+    own
+}
+
+/// Whether an event of a process of unknown rank belongs to no rank: what a launcher, a
+/// scheduler or the kernel printed into the same log (its own lines are filed there too).
+pub(crate) fn belongs_to_no_rank(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::LauncherWorkerFailed(_)
+            | EventKind::LauncherSignal { .. }
+            | EventKind::Xid { .. }
+            | EventKind::OomKill { .. }
+            | EventKind::SchedulerEnd { .. }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coroner_model::Stream;
+
+    fn lines(texts: &[&str]) -> Vec<LogLine> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| LogLine { rank: None, stream: Stream::File, seq: i as u64, capture_ns: 0, bytes: t.as_bytes().to_vec() })
+            .collect()
+    }
+
+    #[test]
+    fn a_dmesg_excerpt_is_a_kernel_log() {
+        let l = lines(&["[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641", "[Fri Jan 29 23:42:35 2021] NVRM: Xid (PCI:0000:db:00): 43, pid=13641", "some wrapped tail"]);
+        assert_eq!(decide(&l), Filing::Kernel);
+    }
+
+    #[test]
+    fn a_log_whose_lines_name_one_rank_is_that_ranks() {
+        let l = lines(&["Traceback (most recent call last):", "[E ProcessGroupNCCL.cpp:587] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600100 milliseconds before timing out."]);
+        assert_eq!(decide(&l), Filing::Process { learned: Some(Rank(3)), per_line: false, prefixed: 0, unprefixed: 2 });
+    }
+
+    #[test]
+    fn a_log_whose_lines_name_several_ranks_files_each_such_line_under_its_rank() {
+        let l = lines(&[
+            "[E ProcessGroupNCCL.cpp:587] [Rank 1] Watchdog caught collective operation timeout",
+            "[E ProcessGroupNCCL.cpp:587] [Rank 0] Watchdog caught collective operation timeout",
+            "terminate called after throwing an instance of 'std::runtime_error'",
+        ]);
+        let f = decide(&l);
+        assert_eq!(f, Filing::Process { learned: None, per_line: true, prefixed: 0, unprefixed: 3 });
+        assert_eq!(owner_of(&l[0], Rank::unknown(0), true), Rank(1));
+        assert_eq!(owner_of(&l[2], Rank::unknown(0), true), Rank::unknown(0));
+    }
+
+    #[test]
+    fn a_log_that_names_no_rank_is_one_process_of_unknown_rank() {
+        let l = lines(&["[rank1]: Traceback (most recent call last):", "RuntimeError: Error(s) in loading state_dict for Net:"]);
+        assert_eq!(decide(&l), Filing::Process { learned: None, per_line: false, prefixed: 1, unprefixed: 1 });
+    }
+}
