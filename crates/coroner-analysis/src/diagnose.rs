@@ -6,7 +6,7 @@ use crate::evidence::JobEvidence;
 use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
-use crate::{hang, hardware, mismatch};
+use crate::{hang, hardware, mismatch, partial};
 use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
@@ -127,6 +127,31 @@ pub fn diagnose<'a>(
         };
     }
 
+    if let Some(p) = partial::find(evidence, job, progress) {
+        let rule = match p.class {
+            FaultClass::Hang => "hang",
+            _ => "nccl-error",
+        };
+        let advice = rules.get(rule).and_then(|r| r.advice.clone()).or_else(|| Some(HANG_ADVICE.to_string()));
+        let aligned = p.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: None,
+                candidates: Vec::new(),
+                class: p.class,
+                confidence: p.confidence,
+                aligned_ns: aligned,
+                summary: p.summary,
+                rule_id: Some(rule.to_string()),
+                advice,
+                events: p.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
+
     Diagnosis { verdict: verdict_without_failure(evidence), first: None, other_roots: Vec::new() }
 }
 
@@ -179,6 +204,10 @@ fn verdict_without_failure(evidence: &JobEvidence) -> Verdict {
         Verdict::Succeeded
     } else if evidence.ends.iter().any(|e| !e.succeeded()) {
         Verdict::Failed
+    } else if evidence.finished && evidence.plain_logs && evidence.ends.is_empty() {
+        // Plain logs never record how their processes ended: lines that report no failure are
+        // the whole evidence, and they say the job ran (the report notes what is not known).
+        Verdict::Succeeded
     } else if evidence.finished {
         Verdict::Unknown
     } else {

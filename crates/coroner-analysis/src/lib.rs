@@ -19,6 +19,7 @@ pub mod history;
 pub mod live;
 mod mismatch;
 mod pace;
+mod partial;
 pub mod progress;
 mod report;
 pub mod rules;

@@ -30,6 +30,7 @@ pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary,
     for path in paths {
         if path.as_os_str() == "-" {
             summary.scope = Scope::anything();
+            sink.plain_logs();
             load_stdin(sink, &mut summary)?;
             continue;
         }
@@ -42,9 +43,11 @@ pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary,
             if is_bundle(path) {
                 load_bundle(path, sink, &mut summary)?;
             } else {
+                sink.plain_logs();
                 load_folder(path, sink, &mut summary, 0)?;
             }
         } else {
+            sink.plain_logs();
             summary.scope = Scope::anything();
             load_log_file(path, None, sink, &mut summary);
         }

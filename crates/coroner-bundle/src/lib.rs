@@ -38,6 +38,8 @@ pub trait Sink {
     /// Hardware lines a snapshot showed (see `coroner_snapshot::Facts::hardware`).
     fn hardware(&mut self, _rank: Option<coroner_model::Rank>, _lines: Vec<(coroner_model::EventKind, String)>) {}
     fn note(&mut self, note: String);
+    /// The input is plain logs, not a capture bundle: nothing but the lines tells how processes ended.
+    fn plain_logs(&mut self) {}
     /// A per-node launcher's own exit status (`launcher.exit.json`).
     fn launcher_end(&mut self, _exit_code: Option<i32>) {}
     fn finished(&mut self);
@@ -67,6 +69,9 @@ impl Sink for JobPipeline {
     }
     fn note(&mut self, note: String) {
         self.add_note(note);
+    }
+    fn plain_logs(&mut self) {
+        self.set_plain_logs();
     }
     fn launcher_end(&mut self, exit_code: Option<i32>) {
         self.add_launcher_end(exit_code, None);

@@ -1,7 +1,7 @@
 //! Judging one case and tallying the corpus: per class, framework, input shape, launcher and half.
 
 use crate::corpus::{Case, Half, Label};
-use coroner_model::{Report, Verdict};
+use coroner_model::Report;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,7 +12,8 @@ pub struct Got {
     pub verdict: String,
     pub class: Option<String>,
     pub rank: Option<u32>,
-    /// The report has no first failure and does not say the job succeeded ("no failure found").
+    /// The report names no failure at all ("no failure found", or a success): on a failed
+    /// job, the miss the issue forbids outright.
     pub no_failure_found: bool,
     /// The report's one-line summary, or the error that stopped the analysis.
     pub summary: String,
@@ -25,7 +26,7 @@ impl Got {
             verdict: r.verdict.as_str().to_string(),
             class: f.map(|f| f.class.as_str().to_string()),
             rank: f.and_then(|f| f.rank.map(|r| r.0)),
-            no_failure_found: f.is_none() && r.verdict != Verdict::Succeeded,
+            no_failure_found: f.is_none(),
             summary: f.map(|f| f.summary.clone()).unwrap_or_default(),
         }
     }

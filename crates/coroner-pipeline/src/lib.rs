@@ -234,6 +234,12 @@ impl JobPipeline {
         }
     }
 
+    /// The input is plain logs (offline files, no capture bundle): no process end is recorded
+    /// but what their lines say.
+    pub fn set_plain_logs(&mut self) {
+        self.evidence.plain_logs = true;
+    }
+
     /// No more evidence will come (an offline bundle, or every agent reported its end).
     pub fn set_finished(&mut self, finished: bool) {
         self.evidence.finished = finished;
