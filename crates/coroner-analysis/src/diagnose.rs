@@ -44,7 +44,7 @@ pub fn diagnose<'a>(
 ) -> Diagnosis<'a> {
     let mut findings = root_findings(evidence, job, rules, clock);
     hardware::merge(evidence, rules, clock, &mut findings);
-    findings.sort_by_key(|f| (f.aligned_ns, f.rank));
+    findings.sort_by_key(|f| (f.undated, f.aligned_ns, f.rank));
 
     if let Some(m) = mismatch::find(job) {
         let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
@@ -78,7 +78,7 @@ pub fn diagnose<'a>(
         let mut confidence = first.confidence;
         let mut note = None;
         let mut chosen = *first;
-        if let Some(second) = pool.get(1) {
+        if let Some(second) = pool.get(1).filter(|s| !s.undated || first.undated) {
             if !clock.surely_before(Some(first.rank), first.aligned_ns, Some(second.rank), second.aligned_ns) {
                 // Too close to order by time: prefer the one that is not itself downstream of a
                 // symptom, then the more specific rule.
@@ -173,7 +173,7 @@ fn first_from<'a>(f: &Finding<'a>, confidence: f64, ordering_note: Option<String
         candidates: vec![f.rank],
         class: f.class,
         confidence,
-        aligned_ns: Some(f.aligned_ns),
+        aligned_ns: (!f.undated).then_some(f.aligned_ns),
         summary: if detail.is_empty() { format!("rank {} {what}", f.rank) } else { format!("rank {}: {what} - {detail}", f.rank) },
         rule_id: f.rule.map(|r| r.id.clone()),
         advice: f.rule.and_then(|r| r.advice.clone()),

@@ -24,6 +24,9 @@ pub struct Finding<'a> {
     pub events: Vec<&'a Event>,
     /// Set when only the process's end shows the failure.
     pub from_end: Option<String>,
+    /// Nothing dates it: a process end reported by a launcher for a rank with no lines of its
+    /// own. It is ordered after every dated finding and shown without a time.
+    pub undated: bool,
 }
 
 /// The root findings of every rank, and the SIGKILLed ranks that were alive-but-silent (hangs).
@@ -68,6 +71,7 @@ fn from_events<'a>(rank: Rank, job: &ClassifiedJob<'a>) -> Option<Finding<'a>> {
         aligned_ns: first.aligned_ns,
         events,
         from_end: None,
+        undated: false,
     })
 }
 
@@ -93,15 +97,16 @@ fn from_end<'a>(
         return None;
     }
     let rank_ev = evidence.ranks.get(&rank);
-    let host_ns = end.at_ns.or(rank_ev.and_then(|r| r.last_capture_ns)).unwrap_or(0);
+    let host_ns = end.at_ns.or(rank_ev.and_then(|r| r.last_capture_ns));
     Some(Finding {
         rank,
         class,
         rule: verdict.rule,
         confidence: verdict.confidence(),
-        aligned_ns: clock.aligned(Some(rank), host_ns),
+        aligned_ns: clock.aligned(Some(rank), host_ns.unwrap_or(0)),
         events: Vec::new(),
         from_end: Some(end.cause().describe()),
+        undated: host_ns.is_none(),
     })
 }
 

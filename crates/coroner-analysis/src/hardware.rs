@@ -145,6 +145,7 @@ pub fn merge<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &ClockMod
                     aligned_ns: clock.aligned(Some(rank), host_ns),
                     events: vec![e],
                     from_end: None,
+                    undated: false,
                 });
             }
         }

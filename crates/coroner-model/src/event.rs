@@ -149,6 +149,9 @@ pub enum EventKind {
     OomKill { pid: Option<u32>, process: Option<String> },
     /// A job scheduler says the step or task ended (Slurm's `task N: Killed`, a time limit).
     SchedulerEnd { message: String },
+    /// The run's numbers stopped being finite (a collapsed fp16 loss scale, NaN loss or grad norm
+    /// on consecutive progress lines): nothing crashed, but training has diverged.
+    Divergence { message: String },
     /// A warning that matters to a person but not to the verdict.
     Warning { message: String },
     /// The agent's periodic sample of a GPU's memory and utilisation.
@@ -181,6 +184,7 @@ impl EventKind {
             EventKind::Xid { .. } => "xid",
             EventKind::OomKill { .. } => "oom_kill",
             EventKind::SchedulerEnd { .. } => "scheduler_end",
+            EventKind::Divergence { .. } => "divergence",
             EventKind::Warning { .. } => "warning",
             EventKind::GpuSample(_) => "gpu_sample",
         }
@@ -198,6 +202,7 @@ impl EventKind {
                 | EventKind::StoreError { .. }
                 | EventKind::SchedulerEnd { .. }
                 | EventKind::Warning { .. }
+                | EventKind::Divergence { .. }
                 | EventKind::Xid { .. }
                 | EventKind::FatalSignal { .. }
         )
@@ -213,6 +218,7 @@ impl EventKind {
             | EventKind::StoreError { message }
             | EventKind::SchedulerEnd { message }
             | EventKind::Warning { message }
+            | EventKind::Divergence { message }
             | EventKind::Xid { message, .. } => message.clone(),
             EventKind::FatalSignal { what, .. } => what.clone(),
             _ => String::new(),

@@ -36,14 +36,25 @@ pub fn pylog(t: &str) -> Option<(Level, &str)> {
     let first = *b.first()?;
     if first.is_ascii_uppercase() {
         // `LEVEL:logger:message`
-        let colon = t.get(..12)?.find(':').or_else(|| t.find(':').filter(|c| *c <= 8))?;
-        let lvl = level_of(&t[..colon])?;
-        let r = &t[colon + 1..];
-        let msg = match r.find(':') {
-            Some(c) if !r[..c].contains(' ') => &r[c + 1..],
-            _ => r,
-        };
-        return Some((lvl, msg));
+        if let Some(colon) = t.get(..12).and_then(|h| h.find(':')).or_else(|| t.find(':').filter(|c| *c <= 8)) {
+            if let Some(lvl) = level_of(&t[..colon]) {
+                let r = &t[colon + 1..];
+                let msg = match r.find(':') {
+                    Some(c) if !r[..c].contains(' ') => &r[c + 1..],
+                    _ => r,
+                };
+                return Some((lvl, msg));
+            }
+        }
+        return level_word_record(t);
+    }
+    if first == b' ' {
+        // rich's console handler (accelerate, NeMo): ` ERROR    message    api.py:673`.
+        // The level is padded to 8 columns and followed by a space.
+        let r = t.strip_prefix(' ')?;
+        let word = r.split(' ').next()?;
+        let pad = r[word.len()..].bytes().take_while(|c| *c == b' ').count();
+        return level_word_record(r).filter(|_| word.len() + pad >= 9);
     }
     let date_at = usize::from(first == b'[');
     let d = b.get(date_at..date_at + 10)?;
@@ -69,6 +80,30 @@ pub fn pylog(t: &str) -> Option<(Level, &str)> {
         }
     }
     None
+}
+
+/// A record that starts with its level word and a space: rich's `ERROR    message    api.py:673`
+/// (the trailing location dropped), vLLM's `ERROR 09-23 10:49:22 file.py:226] message`.
+fn level_word_record(t: &str) -> Option<(Level, &str)> {
+    let (word, rest) = t.split_once(' ')?;
+    let lvl = level_of(word)?;
+    let mut msg = rest.trim_start();
+    // vLLM: `MM-DD HH:MM:SS [file.py:N] message` or `MM-DD HH:MM:SS file.py:N] message`.
+    let mb = msg.as_bytes();
+    if mb.len() > 15 && mb[2] == b'-' && mb[5] == b' ' && mb[8] == b':' && mb[..2].iter().all(u8::is_ascii_digit) {
+        if let Some(close) = msg.find("] ").filter(|c| *c < 80) {
+            msg = &msg[close + 2..];
+        }
+    }
+    // rich: a location `file.py:123` at the end, after a run of spaces.
+    if let Some((body, loc)) = msg.trim_end().rsplit_once("  ") {
+        let loc = loc.trim();
+        let is_loc = loc.rsplit_once(':').is_some_and(|(f, n)| f.ends_with(".py") && !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()));
+        if is_loc {
+            msg = body.trim_end();
+        }
+    }
+    Some((lvl, msg))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -227,7 +262,12 @@ mod tests {
             ("2026-11-30 08:58:51,398 - trainer - WARNING - slow", Some((Level::Warning, "slow"))),
             ("ERROR:root:something broke", Some((Level::Error, "something broke"))),
             ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1)", Some((Level::Error, "failed (exitcode: 1)"))),
+            (" ERROR    failed (exitcode: -9) local_rank: 5 (pid: 22) of  api.py:673", Some((Level::Error, "failed (exitcode: -9) local_rank: 5 (pid: 22) of"))),
+            (" WARNING  Sending process 14 closing signal SIGTERM         api.py:699", Some((Level::Warning, "Sending process 14 closing signal SIGTERM"))),
+            ("ERROR 09-23 10:49:22 multiproc_worker_utils.py:226] Exception in worker VllmWorkerProcess while processing method", Some((Level::Error, "Exception in worker VllmWorkerProcess while processing method"))),
+            ("INFO 04-06 00:55:21 [llm_engine.py:447] init engine", Some((Level::Info, "init engine"))),
             ("RuntimeError: x", None),
+            ("   INFO is not a record", None),
             ("2026-11-30 08:58:51,398 Something Else", None),
         ];
         for (t, want) in cases {

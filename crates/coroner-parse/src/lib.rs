@@ -12,9 +12,11 @@
 pub mod c10d;
 pub mod failures;
 pub mod glog;
+mod glued;
 pub mod kernel;
 pub mod launcher;
 pub mod nccl;
+pub mod numerics;
 mod parser;
 pub mod prefix;
 pub mod selfrank;

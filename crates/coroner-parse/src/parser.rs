@@ -117,6 +117,7 @@ pub struct RankParser {
     /// same template (thousands of CUDA kernel asserts) are skipped with one comparison.
     last_bare: String,
     last_bare_at: u64,
+    numerics: crate::numerics::Numerics,
 }
 
 impl RankParser {
@@ -131,6 +132,7 @@ impl RankParser {
             scratch: Vec::new(),
             last_bare: String::new(),
             last_bare_at: 0,
+            numerics: crate::numerics::Numerics::default(),
         }
     }
 
@@ -176,21 +178,28 @@ impl RankParser {
         }
         let rest = rest.strip_suffix('\r').unwrap_or(rest);
         let channel: Channel = (p.global_rank, p.local_rank, p.task_id);
-        let ctx = Ctx {
-            rank: self.rank.or(line.rank).or(p.global_rank.map(Rank)),
-            line: LineRef { stream: line.stream, seq: line.seq },
-            capture_ns: line.capture_ns,
-            text: rest,
-            prefixed,
-        };
+        for text in crate::glued::segments(rest) {
+            let ctx = Ctx {
+                rank: self.rank.or(line.rank).or(p.global_rank.map(Rank)),
+                line: LineRef { stream: line.stream, seq: line.seq },
+                capture_ns: line.capture_ns,
+                text,
+                prefixed,
+            };
+            self.push_text(&ctx, channel, out);
+        }
+    }
+
+    /// One line's text (or one segment of a line that held several, see `glued.rs`).
+    fn push_text(&mut self, ctx: &Ctx<'_>, channel: Channel, out: &mut Vec<Event>) {
         if let Some(i) = self.blocks.iter().position(|(c, _)| *c == channel) {
             let step = match &mut self.blocks[i].1 {
-                Block::Traceback(b) => b.feed(&ctx),
-                Block::Fault(b) => b.feed(&ctx),
-                Block::Cpp(b) => b.feed(&ctx),
-                Block::Warning(b) => b.feed(&ctx),
-                Block::Terminate(b) => b.feed(&ctx, out),
-                Block::Table(b) => b.feed(&ctx, out),
+                Block::Traceback(b) => b.feed(ctx),
+                Block::Fault(b) => b.feed(ctx),
+                Block::Cpp(b) => b.feed(ctx),
+                Block::Warning(b) => b.feed(ctx),
+                Block::Terminate(b) => b.feed(ctx, out),
+                Block::Table(b) => b.feed(ctx, out),
             };
             match step {
                 Step::Consumed => return,
@@ -205,7 +214,7 @@ impl RankParser {
                 }
             }
         }
-        self.classify(&ctx, channel, out);
+        self.classify(ctx, channel, out);
     }
 
     /// End of input: flush any open multi-line block.
@@ -234,7 +243,11 @@ impl RankParser {
         }
         let mut ks = std::mem::take(&mut self.scratch);
         ks.clear();
-        if let Some(l) = nccl::split(t) {
+        let nccl_line = nccl::split(t);
+        if nccl_line.is_none() {
+            self.numerics.observe(t, &mut ks);
+        }
+        if let Some(l) = nccl_line {
             nccl::classify(&l, &mut self.seen_comms, &mut ks);
         } else if let Some(b) = self.start_block(ctx, &mut ks) {
             self.blocks.push((channel, b));
