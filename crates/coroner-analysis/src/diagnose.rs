@@ -6,7 +6,7 @@ use crate::evidence::JobEvidence;
 use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
-use crate::{hang, hardware, mismatch, partial};
+use crate::{hang, hardware, mismatch, partial, stall};
 use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
@@ -99,6 +99,28 @@ pub fn diagnose<'a>(
             verdict: Verdict::Failed,
             first: Some(first_from(chosen, confidence, note)),
             other_roots: others,
+        };
+    }
+
+    if let Some(s) = stall::find(job, evidence.world_size) {
+        let rule = if s.class == FaultClass::Hang { "hang" } else { "collective-mismatch" };
+        let advice = rules.get(rule).and_then(|r| r.advice.clone()).or_else(|| Some(HANG_ADVICE.to_string()));
+        let aligned = s.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: s.rank,
+                candidates: s.candidates,
+                class: s.class,
+                confidence: s.confidence,
+                aligned_ns: aligned,
+                summary: s.summary,
+                rule_id: Some(rule.to_string()),
+                advice,
+                events: s.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
         };
     }
 

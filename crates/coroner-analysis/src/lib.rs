@@ -24,6 +24,7 @@ pub mod progress;
 mod report;
 pub mod rules;
 pub mod signature;
+mod stall;
 pub mod steps;
 pub mod text;
 

@@ -149,6 +149,9 @@ pub enum EventKind {
     OomKill { pid: Option<u32>, process: Option<String> },
     /// A job scheduler says the step or task ended (Slurm's `task N: Killed`, a time limit).
     SchedulerEnd { message: String },
+    /// Horovod's stall inspector: an op some ranks submitted (`ready`) and others did not
+    /// (`missing`); either list may be all that was printed.
+    Stall { op: String, ready: Vec<Rank>, missing: Vec<Rank> },
     /// The run's numbers stopped being finite (a collapsed fp16 loss scale, NaN loss or grad norm
     /// on consecutive progress lines): nothing crashed, but training has diverged.
     Divergence { message: String },
@@ -185,6 +188,7 @@ impl EventKind {
             EventKind::OomKill { .. } => "oom_kill",
             EventKind::SchedulerEnd { .. } => "scheduler_end",
             EventKind::Divergence { .. } => "divergence",
+            EventKind::Stall { .. } => "stall",
             EventKind::Warning { .. } => "warning",
             EventKind::GpuSample(_) => "gpu_sample",
         }

@@ -12,6 +12,7 @@
 pub mod c10d;
 pub mod failures;
 pub mod glog;
+pub mod horovod;
 mod glued;
 pub mod kernel;
 pub mod launcher;

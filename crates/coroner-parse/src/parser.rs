@@ -101,7 +101,7 @@ enum Block {
     Table(FailureTable),
 }
 
-type Channel = (Option<u32>, Option<u32>, Option<u32>);
+type Channel = (Option<u32>, Option<u32>, Option<u32>, Option<u32>);
 
 /// Stateful parser for ONE (owner rank, stream) sequence of lines, in capture order.
 #[derive(Debug, Clone)]
@@ -118,6 +118,7 @@ pub struct RankParser {
     last_bare: String,
     last_bare_at: u64,
     numerics: crate::numerics::Numerics,
+    first_to_exit: crate::launcher::FirstToExit,
 }
 
 impl RankParser {
@@ -133,6 +134,7 @@ impl RankParser {
             last_bare: String::new(),
             last_bare_at: 0,
             numerics: crate::numerics::Numerics::default(),
+            first_to_exit: crate::launcher::FirstToExit::default(),
         }
     }
 
@@ -177,7 +179,7 @@ impl RankParser {
             rest = rest.strip_prefix(' ').unwrap_or(rest);
         }
         let rest = rest.strip_suffix('\r').unwrap_or(rest);
-        let channel: Channel = (p.global_rank, p.local_rank, p.task_id);
+        let channel: Channel = (p.global_rank, p.local_rank, p.task_id, p.pid);
         for text in crate::glued::segments(rest) {
             let ctx = Ctx {
                 rank: self.rank.or(line.rank).or(p.global_rank.map(Rank)),
@@ -192,6 +194,16 @@ impl RankParser {
 
     /// One line's text (or one segment of a line that held several, see `glued.rs`).
     fn push_text(&mut self, ctx: &Ctx<'_>, channel: Channel, out: &mut Vec<Event>) {
+        // Launchers' one-line and few-line reports of a worker's end, inside a traceback too.
+        let mut ends = Vec::new();
+        self.first_to_exit.observe(ctx.text, &mut ends);
+        if let Some(k) = launcher::worker_end(ctx.text) {
+            ends.push(k);
+        }
+        if !ends.is_empty() {
+            let origin = ctx.origin();
+            out.extend(ends.into_iter().map(|k| origin.event(k, clip(ctx.text, MAX_TEXT).to_string())));
+        }
         if let Some(i) = self.blocks.iter().position(|(c, _)| *c == channel) {
             let step = match &mut self.blocks[i].1 {
                 Block::Traceback(b) => b.feed(ctx),
@@ -246,6 +258,7 @@ impl RankParser {
         let nccl_line = nccl::split(t);
         if nccl_line.is_none() {
             self.numerics.observe(t, &mut ks);
+            crate::horovod::stalls(t, &mut ks);
         }
         if let Some(l) = nccl_line {
             nccl::classify(&l, &mut self.seen_comms, &mut ks);

@@ -164,12 +164,19 @@ impl JobPipeline {
                         r
                     }
                 };
+                let mut actors: BTreeMap<u32, Rank> = BTreeMap::new();
                 for mut l in lines {
-                    if split_rank_prefix(&l.bytes).len == 0 {
-                        l.rank = Some(unranked::owner_of(&l, own, per_line));
-                    } else {
-                        l.rank = None;
-                    }
+                    let p = split_rank_prefix(&l.bytes);
+                    l.rank = match unranked::owner_kind(&p) {
+                        unranked::Owner::Rank => None,
+                        unranked::Owner::Own => Some(unranked::owner_of(&l, &p, own, per_line)),
+                        unranked::Owner::Process(pid) => Some(*actors.entry(pid).or_insert_with(|| {
+                            let r = Rank::unknown(self.unknown_logs);
+                            self.unknown_logs = self.unknown_logs.saturating_add(1);
+                            self.evidence.unknown_sources.insert(r, format!("{source}, pid {pid}"));
+                            r
+                        })),
+                    };
                     self.push_line(l);
                 }
             }

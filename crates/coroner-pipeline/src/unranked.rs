@@ -13,7 +13,8 @@
 //!    which it was.
 
 use coroner_model::{EventKind, LogLine, Rank};
-use coroner_parse::{kernel::looks_like_kernel_line, prefix::split_rank_prefix, selfrank::self_described};
+use coroner_parse::prefix::{split_rank_prefix, RankPrefix};
+use coroner_parse::{kernel::looks_like_kernel_line, selfrank::self_described};
 use std::collections::BTreeSet;
 
 /// How one log without an owner is filed.
@@ -38,11 +39,17 @@ pub(crate) fn decide(lines: &[LogLine]) -> Filing {
             continue;
         }
         nonblank += 1;
-        kernel += usize::from(looks_like_kernel_line(&text));
-        if split_rank_prefix(text.as_bytes()).len > 0 {
-            prefixed += 1;
-        } else if let Some(r) = self_described(&text) {
-            named.insert(r);
+        let p = split_rank_prefix(text.as_bytes());
+        let rest = String::from_utf8_lossy(p.rest(text.as_bytes()));
+        kernel += usize::from(looks_like_kernel_line(&rest));
+        match owner_kind(&p) {
+            Owner::Rank => prefixed += 1,
+            Owner::Process(_) => {}
+            Owner::Own => {
+                if let Some(r) = self_described(&rest) {
+                    named.insert(r);
+                }
+            }
         }
     }
     if nonblank > 0 && kernel * 2 > nonblank {
@@ -52,11 +59,30 @@ pub(crate) fn decide(lines: &[LogLine]) -> Filing {
     Filing::Process { learned, per_line: named.len() > 1, prefixed, unprefixed: nonblank - prefixed }
 }
 
-/// The owner of one unprefixed line of a process log: the rank it names itself when the log
-/// names several, else the log's own process.
-pub(crate) fn owner_of(line: &LogLine, own: Rank, per_line: bool) -> Rank {
+/// What a line's prefixes say about its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// A launcher prefix names a rank (global, local or task): the pipeline's demux files it.
+    Rank,
+    /// An actor prefix names a process by pid only (`(RayTrainWorker pid=43515)`).
+    Process(u32),
+    /// Nothing but wrappers (colour codes, container stamps): the log's own process.
+    Own,
+}
+
+pub(crate) fn owner_kind(p: &RankPrefix) -> Owner {
+    match (p.global_rank, p.local_rank, p.task_id, p.pid) {
+        (None, None, None, Some(pid)) => Owner::Process(pid),
+        (None, None, None, None) => Owner::Own,
+        _ => Owner::Rank,
+    }
+}
+
+/// The owner of one line of the log's own process: the rank it names itself when the log names
+/// several, else the log's own process.
+pub(crate) fn owner_of(line: &LogLine, p: &RankPrefix, own: Rank, per_line: bool) -> Rank {
     if per_line {
-        if let Some(r) = self_described(&line.text()) {
+        if let Some(r) = self_described(&String::from_utf8_lossy(p.rest(&line.bytes))) {
             return Rank(r);
         }
     }
@@ -110,8 +136,9 @@ mod tests {
         ]);
         let f = decide(&l);
         assert_eq!(f, Filing::Process { learned: None, per_line: true, prefixed: 0, unprefixed: 3 });
-        assert_eq!(owner_of(&l[0], Rank::unknown(0), true), Rank(1));
-        assert_eq!(owner_of(&l[2], Rank::unknown(0), true), Rank::unknown(0));
+        let none = RankPrefix::default();
+        assert_eq!(owner_of(&l[0], &none, Rank::unknown(0), true), Rank(1));
+        assert_eq!(owner_of(&l[2], &none, Rank::unknown(0), true), Rank::unknown(0));
     }
 
     #[test]
