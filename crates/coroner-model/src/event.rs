@@ -216,6 +216,8 @@ impl EventKind {
     pub fn message(&self) -> String {
         match self {
             EventKind::Exception { exc_type, message, .. } => format!("{exc_type}: {message}"),
+            // The code first, so that rules can match NCCL's result name whatever the wording.
+            EventKind::NcclError { code: Some(code), message } if !message.contains(code.as_str()) => format!("{code}: {message}"),
             EventKind::ErrorLine { message }
             | EventKind::NcclError { message, .. }
             | EventKind::NcclWarn { message }

@@ -102,8 +102,11 @@ pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<Ev
                 });
             }
         } else if let Some(r) = m.strip_prefix("[Service thread] Connection closed by localRank ") {
-            let peer = leading_u64(r).and_then(|v| u32::try_from(v).ok()).map(PeerRef::LocalRank);
-            out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
+            // `localRank -1` names no peer: the proxy thread's own shutdown at teardown.
+            if !r.starts_with('-') {
+                let peer = leading_u64(r).and_then(|v| u32::try_from(v).ok()).map(PeerRef::LocalRank);
+                out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
+            }
         } else if m.ends_with("Abort COMPLETE") {
             out.push(EventKind::Warning { message: format!("NCCL {m}") });
         }
@@ -114,12 +117,40 @@ pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<Ev
         if let Some(at) = m.find("Connection closed by remote peer") {
             let r = m[at + "Connection closed by remote peer".len()..].trim_start();
             out.push(EventKind::ConnectionClosed { peer: angle_addr(r), transport: "nccl".into() });
-        } else if m.contains("Connection closed by localRank") {
+        } else if m.contains("Connection closed by localRank") && !m.contains("localRank -") {
             let peer = num_after(m, "Connection closed by localRank")
                 .and_then(|v| u32::try_from(v).ok())
                 .map(PeerRef::LocalRank);
             out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
         }
+    }
+}
+
+/// NCCL's error return propagating up its call stack, `init.cu:864 -> 2` (INFO lines after a
+/// WARN): the result code, when it is an error.
+pub fn return_code(l: &NcclLine<'_>) -> Option<u32> {
+    if l.level != "INFO" {
+        return None;
+    }
+    let (site, code) = l.msg.split_once(" -> ")?;
+    if !site.contains(':') || site.contains(' ') {
+        return None;
+    }
+    let code = leading_u64(code.trim()).and_then(|c| u32::try_from(c).ok())?;
+    (code != 0).then_some(code)
+}
+
+/// The name of an `ncclResult_t`.
+pub fn result_name(code: u32) -> &'static str {
+    match code {
+        1 => "ncclUnhandledCudaError",
+        2 => "ncclSystemError",
+        3 => "ncclInternalError",
+        4 => "ncclInvalidArgument",
+        5 => "ncclInvalidUsage",
+        6 => "ncclRemoteError",
+        7 => "ncclInProgress",
+        _ => "ncclError",
     }
 }
 
@@ -199,6 +230,10 @@ mod tests {
             assert!(matches!(run(w).first(), Some(EventKind::NcclWarn { .. })), "{w}");
         }
         assert!(run("n:1:2 [0] NCCL INFO misc/socket.cc:50 -> 6").is_empty());
+        assert!(matches!(run("n:1:2 [0] proxy.cc:1 NCCL WARN [Service thread] Connection closed by localRank -1").as_slice(), [EventKind::NcclWarn { .. }]));
+        assert_eq!(return_code(&split("XXX:430:2237 [0] NCCL INFO init.cu:864 -> 2").unwrap()), Some(2));
+        assert_eq!(return_code(&split("n:1:2 [0] NCCL INFO misc/group.cu:69 -> 2 [Async thread]").unwrap()), Some(2));
+        assert_eq!(return_code(&split("n:1:2 [0] NCCL INFO Channel 00 : 0 -> 1 via P2P").unwrap()), None);
         assert!(matches!(run("n:1:2 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1000 - Abort COMPLETE").first(), Some(EventKind::Warning { .. })));
     }
 }

@@ -119,6 +119,8 @@ pub struct RankParser {
     last_bare_at: u64,
     numerics: crate::numerics::Numerics,
     first_to_exit: crate::launcher::FirstToExit,
+    /// An NCCL error code was reported since the last WARN (one event per failing call chain).
+    nccl_chain: bool,
 }
 
 impl RankParser {
@@ -135,6 +137,7 @@ impl RankParser {
             last_bare_at: 0,
             numerics: crate::numerics::Numerics::default(),
             first_to_exit: crate::launcher::FirstToExit::default(),
+            nccl_chain: false,
         }
     }
 
@@ -262,6 +265,15 @@ impl RankParser {
         }
         if let Some(l) = nccl_line {
             nccl::classify(&l, &mut self.seen_comms, &mut ks);
+            if l.level == "WARN" {
+                self.nccl_chain = false;
+            } else if let Some(code) = nccl::return_code(&l).filter(|c| (1..=3).contains(c) && !self.nccl_chain) {
+                // A CUDA, system or internal error NCCL met itself (a remote error's own WARN
+                // and connection lines already say what the peer did).
+                self.nccl_chain = true;
+                let name = nccl::result_name(code);
+                ks.push(EventKind::NcclError { code: Some(name.to_string()), message: format!("{name}: an NCCL call failed with result {code} ({})", l.msg.trim()) });
+            }
         } else if let Some(b) = self.start_block(ctx, &mut ks) {
             self.blocks.push((channel, b));
         } else if let Some(g) = glog::parse(t) {

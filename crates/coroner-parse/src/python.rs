@@ -50,6 +50,10 @@ pub(crate) fn exc_header(t: &str) -> Option<(&str, &str)> {
         return Some((ty, ""));
     }
     let m = r.strip_prefix(':')?;
+    // `host:431:2239 [1] ...` (NCCL), `file.py:12:` (a location) are not `Type: message`.
+    if m.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
     Some((ty, m.strip_prefix(' ').unwrap_or(m)))
 }
 
@@ -135,6 +139,10 @@ impl Traceback {
                     return Step::Consumed;
                 }
                 if t.trim().is_empty() || t.starts_with(' ') || t.starts_with('\t') {
+                    return Step::Consumed;
+                }
+                if crate::nccl::split(t).is_some() {
+                    // Another thread's or process's NCCL line cut into the traceback.
                     return Step::Consumed;
                 }
                 match exc_header(t) {
@@ -410,5 +418,7 @@ mod tests {
         assert_eq!(exc_header("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "), Some(("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "")));
         assert_eq!(exc_header("[E1130 08:59:11.4 x.cpp:1] y"), None);
         assert_eq!(exc_header("During handling of the above exception"), None);
+        assert_eq!(exc_header("XXX:431:2239 [1] include/topo.h:27 NCCL WARN x"), None);
+        assert_eq!(exc_header("RuntimeError:CUDA out of memory."), Some(("RuntimeError", "CUDA out of memory.")));
     }
 }
