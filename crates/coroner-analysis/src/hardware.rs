@@ -106,6 +106,23 @@ fn attributed(evidence: &JobEvidence) -> Vec<(Rank, &Event)> {
         .collect()
 }
 
+/// Hardware roots no rank can be named for (a kernel log given alone, an Xid on a GPU no line of
+/// the job names), earliest first: when nothing else failed, they are the failure, rank unknown.
+pub fn unattributed<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet) -> Vec<(&'a Event, crate::rules::Verdict<'a>)> {
+    let ids = Identities::new(evidence);
+    let unowned = evidence.unowned.iter().filter(|e| matches!(e.kind, EventKind::Xid { .. } | EventKind::OomKill { .. }));
+    let mut out: Vec<(&Event, crate::rules::Verdict<'_>)> = evidence
+        .hardware
+        .iter()
+        .chain(unowned)
+        .filter(|e| e.rank.is_none() && ids.rank_of(e).is_none())
+        .map(|e| (e, rules.classify(e)))
+        .filter(|(_, v)| v.role == Role::Root && v.class().is_some())
+        .collect();
+    out.sort_by_key(|(e, _)| (e.printed_ns.unwrap_or(e.capture_ns), e.line.seq));
+    out
+}
+
 /// Joins hardware lines to the ranks' root findings: a hardware root sharpens a finding it
 /// explains, adds its line to any other, and is a finding of its own on a rank that had none.
 pub fn merge<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &ClockModel, findings: &mut Vec<Finding<'a>>) {

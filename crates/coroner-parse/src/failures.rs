@@ -150,6 +150,8 @@ const PHRASES: &[(&str, Act)] = &[
     ("ncclInternalError", Act::Error),
     ("ncclUnhandledCudaError", Act::Error),
     ("unhandled cuda error", Act::Error),
+    ("Unable to determine the device handle", Act::Error),
+    ("GPU is lost", Act::Error),
     ("Gradient overflow", Act::Warn),
     ("OVERFLOW!", Act::Warn),
     ("destroy_process_group() was not called", Act::Warn),
