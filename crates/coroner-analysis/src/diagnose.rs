@@ -6,7 +6,7 @@ use crate::evidence::JobEvidence;
 use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
-use crate::{hang, hardware, mismatch, partial, stall};
+use crate::{cancel, hang, hardware, mismatch, partial, stall};
 use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
@@ -45,6 +45,28 @@ pub fn diagnose<'a>(
     let mut findings = root_findings(evidence, job, rules, clock);
     hardware::merge(evidence, rules, clock, &mut findings);
     findings.sort_by_key(|f| (f.undated, f.aligned_ns, f.rank));
+
+    let stop = cancel::find(evidence, job, clock);
+    if let Some(c) = stop.as_ref().filter(|c| !cancel::failed_before(job, clock, c.at)) {
+        let advice = rules.get("stopped-from-outside").and_then(|r| r.advice.clone());
+        let line = c.events.first().map(|e| format!(": {}", first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone()))).unwrap_or_default();
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: None,
+                candidates: Vec::new(),
+                class: FaultClass::Killed,
+                confidence: if c.events.is_empty() { 0.6 } else { 0.85 },
+                aligned_ns: c.at,
+                summary: format!("no rank failed: the job was stopped from outside by {}{line}", c.who),
+                rule_id: Some("stopped-from-outside".to_string()),
+                advice,
+                events: c.events.clone(),
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
 
     if let Some(m) = mismatch::find(job) {
         let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());

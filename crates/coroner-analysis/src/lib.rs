@@ -5,6 +5,7 @@
 //! read collective progress ([`progress`]), find each rank's first-hand failure, decide the first
 //! failing rank (or the stuck one, or the deviating one), and write the [`Report`].
 
+mod cancel;
 mod cascade;
 pub mod causality;
 mod classified;

@@ -36,6 +36,25 @@ pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
     false
 }
 
+/// What Kubernetes says about a pod it stopped (`kubectl describe`, `kubectl get pods`, events):
+/// `Reason:         Evicted`, `Reason:       OOMKilled`, `The node was low on resource: memory.`,
+/// a pods table row with status `Evicted` or `OOMKilled`, `Exit Code:    137`. One
+/// `SchedulerEnd` per line that says so.
+pub fn kubernetes(t: &str) -> Option<EventKind> {
+    let tt = t.trim();
+    let field = |key: &str| tt.strip_prefix(key).map(str::trim);
+    let said = match field("Reason:") {
+        Some("Evicted") | Some("OOMKilled") | Some("Preempted") | Some("DeadlineExceeded") => true,
+        _ => {
+            tt.contains("The node was low on resource")
+                || field("Exit Code:").is_some_and(|c| c == "137" || c == "143")
+                || tt.split_whitespace().nth(2).is_some_and(|status| status == "Evicted" || status == "OOMKilled")
+                    && tt.split_whitespace().nth(1).is_some_and(|ready| ready.contains('/'))
+        }
+    };
+    said.then(|| EventKind::SchedulerEnd { message: format!("kubernetes: {tt}") })
+}
+
 /// Other launchers' one-line reports of a worker's end, wherever they sit in a line:
 /// - DeepSpeed: `[launch.py:434:sigkill_handler] ['python', '-u', 'main.py', '--local_rank=0', ...] exits with return code = -9`;
 /// - `torch.distributed.launch`: `subprocess.CalledProcessError: Command '[... '--local_rank=7' ...]' died with <Signals.SIGSEGV: 11>.`
@@ -141,7 +160,10 @@ fn split_code(code: Option<i32>) -> (Option<i32>, Option<i32>) {
 
 /// Slurm's own lines; `None` when the line is not one.
 pub fn slurm(t: &str) -> Option<EventKind> {
-    let is_srun = t.starts_with("srun: error:") || t.starts_with("srun: Job step aborted") || t.starts_with("srun: forcing job termination");
+    let is_srun = t.starts_with("srun: error:")
+        || t.starts_with("srun: Job step aborted")
+        || t.starts_with("srun: forcing job termination")
+        || t.starts_with("srun: Force Terminated");
     let is_stepd = t.starts_with("slurmstepd: error:") && t.contains("***");
     let banner = (t.starts_with("*** JOB ") || t.starts_with("*** STEP ")) && t.contains("CANCELLED");
     if t.starts_with("slurmstepd: error:") && t.contains("oom_kill event") {
@@ -330,6 +352,22 @@ mod tests {
                 [EventKind::LauncherWorkerFailed(x)] => assert_eq!((x.global_rank, x.exit_code, x.signal), (Some(Rank(want.0)), want.1, want.2)),
                 other => panic!("{other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn kubernetes_says_it_stopped_a_pod() {
+        for t in [
+            "Reason:         Evicted",
+            "Message:        The node was low on resource: memory.",
+            "      Reason:       OOMKilled",
+            "      Exit Code:    137",
+            "trainer-master-0-9st9r           0/1       Evicted   0          19h",
+        ] {
+            assert!(matches!(kubernetes(t), Some(EventKind::SchedulerEnd { .. })), "{t}");
+        }
+        for t in ["Reason:         Completed", "trainer-0   1/1   Running   0   9h", "Exit Code:    0", "evicted the cache"] {
+            assert!(kubernetes(t).is_none(), "{t}");
         }
     }
 

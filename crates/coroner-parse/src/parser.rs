@@ -295,7 +295,7 @@ impl RankParser {
             }
         } else if let Some(sample) = coroner_model::GpuSample::from_line(t) {
             ks.push(EventKind::GpuSample(sample));
-        } else if let Some(k) = launcher::slurm(t) {
+        } else if let Some(k) = launcher::slurm(t).or_else(|| launcher::kubernetes(t)) {
             ks.push(k);
         } else if self.lines.saturating_sub(self.last_bare_at) < DEDUP_WINDOW
             && same_template(t, &self.last_bare)
