@@ -124,27 +124,6 @@ pub fn diagnose<'a>(
         };
     }
 
-    if let Some((e, v)) = hardware::unattributed(evidence, rules).into_iter().next() {
-        let what = v.rule.and_then(|r| r.summary.clone()).unwrap_or_else(|| v.class().map(|c| c.to_string()).unwrap_or_default());
-        let detail = first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone());
-        return Diagnosis {
-            verdict: Verdict::Failed,
-            first: Some(FirstFinding {
-                rank: None,
-                candidates: Vec::new(),
-                class: v.class().unwrap_or(FaultClass::GpuHardware),
-                confidence: v.confidence() * 0.8,
-                aligned_ns: e.printed_ns,
-                summary: format!("{what} - {detail} (no line of the job's own logs names the process or GPU, so its rank is unknown)"),
-                rule_id: v.rule.map(|r| r.id.clone()),
-                advice: v.rule.and_then(|r| r.advice.clone()),
-                events: vec![e],
-                ordering_note: None,
-            }),
-            other_roots: Vec::new(),
-        };
-    }
-
     if let Some(s) = stall::find(job, evidence.world_size) {
         let rule = if s.class == FaultClass::Hang { "hang" } else { "collective-mismatch" };
         let advice = rules.get(rule).and_then(|r| r.advice.clone()).or_else(|| Some(HANG_ADVICE.to_string()));
@@ -186,6 +165,27 @@ pub fn diagnose<'a>(
                 rule_id: Some("hang".to_string()),
                 advice,
                 events: h.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
+
+    if let Some((e, v)) = hardware::unattributed(evidence, rules).into_iter().next() {
+        let what = v.rule.and_then(|r| r.summary.clone()).unwrap_or_else(|| v.class().map(|c| c.to_string()).unwrap_or_default());
+        let detail = first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone());
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: None,
+                candidates: Vec::new(),
+                class: v.class().unwrap_or(FaultClass::GpuHardware),
+                confidence: v.confidence() * 0.8,
+                aligned_ns: e.printed_ns,
+                summary: format!("{what} - {detail} (no line of the job's own logs names the process or GPU, so its rank is unknown)"),
+                rule_id: v.rule.map(|r| r.id.clone()),
+                advice: v.rule.and_then(|r| r.advice.clone()),
+                events: vec![e],
                 ordering_note: None,
             }),
             other_roots: Vec::new(),

@@ -121,6 +121,11 @@ const PHRASES: &[(&str, Act)] = &[
     ("CUDA error: ", Act::Error),
     ("returned nan values", Act::Error),
     ("Tensor had NaN values", Act::Error),
+    ("Inf or NaN", Act::Error),
+    ("inf or nan", Act::Error),
+    ("Barrier timed out", Act::Error),
+    ("cluster registration failed", Act::Error),
+    ("heartbeat timeout", Act::Error),
     ("Tensor had Inf values", Act::Error),
     ("check_numerics", Act::Error),
     ("mat1 and mat2 shapes cannot be multiplied", Act::Error),
@@ -208,6 +213,12 @@ fn scan(t: &str) -> (bool, Option<Act>) {
 
 fn strongest(t: &str) -> Option<Act> {
     scan(t).1
+}
+
+/// Whether a record logged below ERROR reports an error all the same: it says so ("Error
+/// reported to Coordinator", "Error recorded from training_loop") and holds a failure phrase.
+pub fn reports_an_error(msg: &str) -> bool {
+    (msg.contains("Error reported") || msg.contains("Error recorded") || msg.contains("rror:")) && has_failure_phrase(msg)
 }
 
 /// Whether a message holds a failure phrase (used to upgrade glog warnings such as Horovod's stall).

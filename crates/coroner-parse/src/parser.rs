@@ -285,6 +285,12 @@ impl RankParser {
                         ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
                         c10d::specific(msg, &mut ks);
                     }
+                    // A record below ERROR that reports an error all the same (TensorFlow's
+                    // `INFO:tensorflow:Error reported to Coordinator: ... Tensor had NaN values`).
+                    _ if failures::reports_an_error(msg) => {
+                        ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
+                        c10d::specific(msg, &mut ks);
+                    }
                     failures::Level::Warning => {}
                     failures::Level::Info | failures::Level::Debug => {
                         if let Some(step) = steps::step(msg) {
@@ -323,6 +329,15 @@ impl RankParser {
     fn start_block(&mut self, ctx: &Ctx<'_>, ks: &mut Vec<EventKind>) -> Option<Block> {
         let t = ctx.text;
         match t.as_bytes().first()? {
+            b' ' => {
+                // A pasted traceback whose head was cut: its frames come first.
+                if let Some(b) = Traceback::start_headless(ctx) {
+                    return Some(Block::Traceback(b));
+                }
+                let (b, msg) = PyWarning::start(ctx)?;
+                ks.push(EventKind::Warning { message: msg });
+                Some(Block::Warning(b))
+            }
             b'T' => {
                 if let Some(b) = Traceback::start(ctx) {
                     return Some(Block::Traceback(b));

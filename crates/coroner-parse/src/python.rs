@@ -104,6 +104,26 @@ impl Traceback {
         })
     }
 
+    /// A traceback pasted without its `Traceback (most recent call last):` line: it starts at a
+    /// frame line (`  File "x.py", line 3, in f`).
+    pub(crate) fn start_headless(ctx: &Ctx<'_>) -> Option<Self> {
+        let frame = parse_frame(ctx.text)?;
+        let mut t = Traceback {
+            origin: ctx.origin(),
+            prefixed: ctx.prefixed,
+            frames: Vec::new(),
+            exc_type: None,
+            message: String::new(),
+            msg_lines: 0,
+            final_text: String::new(),
+            state: TbState::Frames,
+            last_was_last_error: false,
+            lines: 0,
+        };
+        t.frames.push(frame);
+        Some(t)
+    }
+
     fn is_continuation(&self, t: &str) -> bool {
         if t.trim().is_empty()
             || t.starts_with("Traceback (most recent call last)")
