@@ -39,7 +39,7 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &P
     let symptoms: Vec<(Rank, &Classified<'a>)> = job
         .ranks
         .iter()
-        .flat_map(|(r, evs)| evs.iter().filter(|c| c.role == Role::Symptom).map(move |c| (*r, c)))
+        .flat_map(|(r, evs)| evs.iter().filter(|c| c.role == Role::Symptom && !from_a_launcher(c)).map(move |c| (*r, c)))
         .collect();
     // The most telling symptom: a wait in a collective before a hang-up, before anything else.
     let rank_of = |c: &Classified<'_>| match mechanism(c) {
@@ -78,6 +78,13 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &P
         events,
         confidence: 0.5,
     })
+}
+
+/// A launcher's report that a worker failed (or that it stopped the others): it says a worker
+/// ended, which the process ends already tell, not that a peer hung up or a wait ran out.
+fn from_a_launcher(c: &Classified<'_>) -> bool {
+    matches!(c.event.kind, EventKind::LauncherWorkerFailed(_) | EventKind::LauncherSignal { .. })
+        || c.rule.is_some_and(|r| r.id == "launcher-child-failed")
 }
 
 /// `ALLREDUCE seq 80078 of PG 0`, from the rank's watchdog report.

@@ -36,8 +36,13 @@ fn leading_tag(t: &str) -> Option<u64> {
     let r = t.strip_prefix('[')?;
     let close = r.find(']').filter(|c| *c <= 64)?;
     let inner = &r[..close];
-    let words = inner.strip_prefix("PG ").map_or(inner, |pg| pg.rsplit_once(" Rank ").map_or("", |(_, n)| n));
-    let n = if words.bytes().all(|b| b.is_ascii_digit()) && !words.is_empty() {
+    // `[PG ... Rank 3]`: the number after the last ` Rank `; a bare `[0]` (a table row) is no rank.
+    let pg_rank = inner.strip_prefix("PG ").map(|pg| pg.rsplit_once(" Rank ").map_or("", |(_, n)| n));
+    let words = pg_rank.unwrap_or(inner);
+    let n = if pg_rank.is_some() {
+        if words.is_empty() || !words.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
         words
     } else {
         let lower = words.to_ascii_lowercase();
@@ -144,6 +149,8 @@ mod tests {
             "Parameter indices which did not receive grad for rank 0: 1",
             "[E ProcessGroupNCCL.cpp:341] Some NCCL operations have failed or timed out.",
             "   [rank 5 of 8] loading",
+            "[0]:",
+            "[3] 12",
             "2026-11-30 08:58:51,398 INFO waiting for rank 3 to join",
         ] {
             let got = self_described(line);

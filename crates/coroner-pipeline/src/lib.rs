@@ -378,10 +378,14 @@ fn thinned_steps(evidence: &JobEvidence) -> Option<String> {
 /// A process of unknown rank's log also holds what its launcher, scheduler or kernel printed:
 /// those events go where such lines always go (no rank); the rest are returned.
 fn split_off_unowned(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) -> Vec<Event> {
-    if !rank.is_some_and(Rank::is_unknown) {
+    let Some(rank) = rank else { return events };
+    // A launcher's report of how a worker ended is never about the line's owner: only a launcher
+    // prints it, into whatever log holds its output.
+    let moves = |k: &EventKind| matches!(k, EventKind::LauncherWorkerFailed(_)) || (rank.is_unknown() && unranked::belongs_to_no_rank(k));
+    if !events.iter().any(|e| moves(&e.kind)) {
         return events;
     }
-    let (mine, none): (Vec<Event>, Vec<Event>) = events.into_iter().partition(|e| !unranked::belongs_to_no_rank(&e.kind));
+    let (none, mine): (Vec<Event>, Vec<Event>) = events.into_iter().partition(|e| moves(&e.kind));
     evidence.unowned.extend(none);
     mine
 }
