@@ -131,6 +131,9 @@ const PHRASES: &[(&str, Act)] = &[
     ("mat1 and mat2 shapes cannot be multiplied", Act::Error),
     ("must match the size of tensor", Act::Error),
     ("Error(s) in loading state_dict", Act::Error),
+    ("size mismatch for ", Act::Error),
+    ("Missing key(s) in state_dict", Act::Error),
+    ("Unexpected key(s) in state_dict", Act::Error),
     ("index out of range in self", Act::Error),
     ("indexSelectLargeIndex", Act::Error),
     ("indexSelectSmallIndex", Act::Error),
@@ -241,7 +244,8 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
             .any(|s| short.ends_with(s));
         if errorish && !msg.is_empty() || (errorish && short.len() > 5 && t.trim() == ty) {
             out.push(EventKind::ErrorLine { message: t.trim_end().to_string() });
-            c10d::specific(msg, out);
+            // The type can be the telling part (`ncclSystemError: System call ... failed`).
+            c10d::specific(t, out);
             return true;
         }
         if short.ends_with("Warning") && !msg.is_empty() {

@@ -94,6 +94,11 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
         }
         return None;
     }
+    // A report quoting a log behind a bar: `        | [rank0]: FileNotFoundError: ...`.
+    let lead = s.iter().take(16).take_while(|b| **b == b' ').count();
+    if lead >= 2 && s.get(lead) == Some(&b'|') && s.get(lead + 1) == Some(&b' ') && s.get(lead + 2).is_some_and(|b| *b != b' ' && *b != b'|') {
+        return Some(lead + 2);
+    }
     // A log viewer's line number: `[80746] ` (digits only, then a space).
     if s.first() == Some(&b'[') {
         let n = s[1..].iter().take(10).take_while(|b| b.is_ascii_digit()).count();
@@ -248,6 +253,8 @@ mod tests {
         let line = b"[80746] [rank0]:[E321 02:07:08.1 ProcessGroupNCCL.cpp:1] x";
         let p = split_rank_prefix(line);
         assert_eq!((p.global_rank, p.rest(line)), (Some(0), &b"[E321 02:07:08.1 ProcessGroupNCCL.cpp:1] x"[..]));
+        let line = b"        | [rank0]: FileNotFoundError: Caught FileNotFoundError in DataLoader worker process 2.";
+        assert_eq!(split_rank_prefix(line).global_rank, Some(0));
         let line = b"i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2";
         let p = split_rank_prefix(line);
         assert_eq!((p.local_rank, p.global_rank, p.rest(line)), (Some(2), Some(2), &b" RuntimeError: Rank 2"[..]));
