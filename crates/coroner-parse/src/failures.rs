@@ -109,6 +109,7 @@ fn level_word_record(t: &str) -> Option<(Level, &str)> {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Act {
     Kernel,
+    NcclWarn,
     Warn,
     Error,
     C10d,
@@ -152,6 +153,9 @@ const PHRASES: &[(&str, Act)] = &[
     ("Bus error", Act::Error),
     ("Illegal instruction", Act::Error),
     ("Killed", Act::Error),
+    ("已杀死", Act::Error),
+    ("段错误", Act::Error),
+    ("核心已转储", Act::Error),
     ("killed due to memory pressure", Act::Error),
     ("exceeds the memory usage threshold", Act::Error),
     ("Ray killed this worker", Act::Error),
@@ -181,6 +185,7 @@ const PHRASES: &[(&str, Act)] = &[
     ("we are taking the entire process down", Act::C10d),
     ("Connection closed by peer", Act::C10d),
     ("Timed out waiting", Act::C10d),
+    (" NCCL WARN ", Act::NcclWarn),
     ("NVRM:", Act::Kernel),
     ("Killed process", Act::Kernel),
     ("oom-kill:", Act::Kernel),
@@ -264,6 +269,11 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
             c10d::specific(t, out);
         }
         Some(Act::Warn) => out.push(EventKind::Warning { message: t.trim().to_string() }),
+        // `init.cc:1247 NCCL WARN ...` without NCCL's `host:pid:tid [dev]` header (pasted, cut).
+        Some(Act::NcclWarn) => {
+            let at = t.find(" NCCL WARN ").map_or(0, |i| i + " NCCL WARN ".len());
+            out.push(EventKind::NcclWarn { message: t[at..].trim().to_string() });
+        }
         Some(Act::Kernel) | None => {}
     }
     out.len() > before

@@ -95,6 +95,18 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
         let code = inum_after(r, "exited with status");
         return Some(failure(rank, None, code, signal, pid));
     }
+    // A failure table row collapsed onto one line (pasted, re-typed):
+    // `rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>`.
+    if let Some(at) = t.find("exitcode") {
+        let head = &t[..at];
+        let rank = head.find("rank").and_then(|r| leading_u64(head[r + 4..].trim_start_matches([' ', ':'])));
+        let local = num_after(head, "local rank:").or_else(|| num_after(head, "local_rank:"));
+        if rank.is_some() {
+            let code = inum_after(&t[at..], "exitcode").or_else(|| t[at + 8..].trim_start_matches([' ', ':']).parse::<i64>().ok());
+            let code = code.or_else(|| leading_i64(t[at + 8..].trim_start_matches([' ', ':'])));
+            return Some(failure(rank, local, code, None, num_after(&t[at..], "(pid:")));
+        }
+    }
     if let Some(at) = t.find("signaled to shutdown with signal ") {
         let r = &t[at..];
         return Some(failure(num_after(r, "rank="), None, None, num_after(r, "with signal ").map(|v| v as i64), None));
@@ -333,6 +345,8 @@ mod tests {
         assert_eq!(one("subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=7', '--epochs', '180']' died with <Signals.SIGSEGV: 11>."), (None, Some(7), None, Some(11)));
         assert_eq!(one("mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed)."), (Some(1), None, None, Some(9)));
         assert_eq!(one("ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown with signal 4 rank=0"), (Some(0), None, None, Some(4)));
+        assert_eq!(one("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>"), (Some(2), Some(2), None, Some(9)));
+        assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");
         // A build step that failed is not a training worker's end.
         assert!(worker_end("subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.").is_none());
     }

@@ -83,6 +83,8 @@ pub(crate) struct Traceback {
     state: TbState,
     last_was_last_error: bool,
     lines: u32,
+    /// Started at a frame, its head cut: only its exception line makes it an event.
+    headless: bool,
 }
 
 impl Traceback {
@@ -101,6 +103,7 @@ impl Traceback {
             state: TbState::Frames,
             last_was_last_error: false,
             lines: 0,
+            headless: false,
         })
     }
 
@@ -119,6 +122,7 @@ impl Traceback {
             state: TbState::Frames,
             last_was_last_error: false,
             lines: 0,
+            headless: true,
         };
         t.frames.push(frame);
         Some(t)
@@ -232,6 +236,15 @@ impl Traceback {
                 seq: self.origin.line.seq,
                 message: "traceback ended before its exception line".into(),
             });
+            // A traceback is printed only for an error: cut before its last line (a paste, a
+            // process killed mid-print), it still says the process failed.
+            if !self.frames.is_empty() && !self.headless {
+                let last = self.frames.last().map(|f| format!("{} ({})", f.function, f.file)).unwrap_or_default();
+                out.push(self.origin.event(
+                    EventKind::ErrorLine { message: format!("a traceback cut before its exception line, last frame {last}") },
+                    "Traceback (most recent call last):".to_string(),
+                ));
+            }
             return;
         };
         let mut specific = Vec::new();

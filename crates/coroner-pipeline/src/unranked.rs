@@ -82,8 +82,13 @@ pub(crate) fn owner_kind(p: &RankPrefix) -> Owner {
 /// several, else the log's own process.
 pub(crate) fn owner_of(line: &LogLine, p: &RankPrefix, own: Rank, per_line: bool) -> Rank {
     if per_line {
-        if let Some(r) = self_described(&String::from_utf8_lossy(p.rest(&line.bytes))) {
-            return Rank(r);
+        let text = String::from_utf8_lossy(p.rest(&line.bytes));
+        // `what(): [Rank 0] ...` continues the `terminate called ...` line before it: the
+        // record stays whole on the log's own process.
+        if !text.trim_start().starts_with("what()") {
+            if let Some(r) = self_described(&text) {
+                return Rank(r);
+            }
         }
     }
     own
