@@ -3,6 +3,31 @@
 //! 22:16:00,018] [INFO] …`, `…13.82it/s]Killed`, `…consumed_samples=2.56e+7][E ProcessGroupNCCL…`).
 //! Each record is read on its own; a line without either is one segment.
 
+/// A line that holds a whole multi-line record escaped: a JSON log record (TGI's
+/// `--json-output`: `{"timestamp":..,"level":"ERROR","fields":{"message":"Traceback ...\n  File ..."}}`,
+/// also cut mid-record by a paste), whose message is read with its level in front (`ERROR: ...`),
+/// or any line carrying a traceback as escaped text (`\n` between its lines). `None` for an
+/// ordinary line.
+pub fn expand(line: &str) -> Option<String> {
+    let t = line.trim();
+    if t.starts_with('{') && t.ends_with('}') {
+        if let Ok(serde_json::Value::Object(o)) = serde_json::from_str::<serde_json::Value>(t) {
+            let message = o.get("fields").and_then(|f| f.get("message")).or_else(|| o.get("message")).or_else(|| o.get("msg"))?;
+            let message = message.as_str()?;
+            let level = o.get("level").and_then(|l| l.as_str()).unwrap_or("INFO").to_ascii_uppercase();
+            return Some(format!("{level}: {message}"));
+        }
+    }
+    if memchr::memchr(b'\\', t.as_bytes()).is_none() {
+        return None;
+    }
+    let escaped_lines = t.matches("\\n").count();
+    if escaped_lines >= 2 && (t.contains("File \\\"") || t.contains("Traceback (most recent call last)") || t.contains("Error: ")) {
+        return Some(t.replace("\\n", "\n").replace("\\\"", "\"").replace("\\\\", "\\"));
+    }
+    None
+}
+
 /// The records of one line, in order (never empty; blank pieces are dropped unless all are).
 pub fn segments(line: &str) -> Vec<&str> {
     let mut out = Vec::new();
@@ -47,6 +72,18 @@ fn bar_end(s: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaped_multi_line_records_are_expanded() {
+        let json = r#"{"timestamp":"2023-07-06T19:16:30Z","level":"ERROR","fields":{"message":"Shard 0 failed:\nTraceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nRuntimeError: weight w does not exist\n"},"target":"text_generation_launcher"}"#;
+        let x = expand(json).expect("a JSON record");
+        assert!(x.starts_with("ERROR: Shard 0 failed:\nTraceback (most recent call last):\n  File \"x.py\""), "{x}");
+        assert!(x.contains("\nRuntimeError: weight w does not exist"));
+        let cut = r#"init__\n  File \"/a/b.py\", line 3, in f\n    g()\n\nRuntimeError: boom\n\n"},"target":"t"}"#;
+        assert!(expand(cut).expect("escaped").contains("\nRuntimeError: boom\n"));
+        assert!(expand(r#"{"loss": 0.5, "step": 3}"#).is_none());
+        assert!(expand("plain \\n text").is_none());
+    }
 
     #[test]
     fn records_glued_to_progress_bars_are_split() {

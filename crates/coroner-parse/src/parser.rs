@@ -183,15 +183,18 @@ impl RankParser {
         }
         let rest = rest.strip_suffix('\r').unwrap_or(rest);
         let channel: Channel = (p.global_rank, p.local_rank, p.task_id, p.pid);
-        for text in crate::glued::segments(rest) {
-            let ctx = Ctx {
-                rank: self.rank.or(line.rank).or(p.global_rank.map(Rank)),
-                line: LineRef { stream: line.stream, seq: line.seq },
-                capture_ns: line.capture_ns,
-                text,
-                prefixed,
-            };
-            self.push_text(&ctx, channel, out);
+        let expanded = crate::glued::expand(rest);
+        for piece in expanded.as_deref().map_or_else(|| vec![rest], |x| x.split('\n').collect()) {
+            for text in crate::glued::segments(piece) {
+                let ctx = Ctx {
+                    rank: self.rank.or(line.rank).or(p.global_rank.map(Rank)),
+                    line: LineRef { stream: line.stream, seq: line.seq },
+                    capture_ns: line.capture_ns,
+                    text,
+                    prefixed,
+                };
+                self.push_text(&ctx, channel, out);
+            }
         }
     }
 
