@@ -6,7 +6,7 @@ use crate::evidence::JobEvidence;
 use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
-use crate::{cancel, hang, hardware, mismatch, partial, stall};
+use crate::{cancel, hang, hardware, majority, mismatch, partial, stall};
 use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
@@ -121,6 +121,27 @@ pub fn diagnose<'a>(
             verdict: Verdict::Failed,
             first: Some(first_from(chosen, confidence, note)),
             other_roots: others,
+        };
+    }
+
+    if let Some(m) = majority::find(job) {
+        let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
+        let aligned = m.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: m.rank,
+                candidates: m.candidates,
+                class: FaultClass::CollectiveMismatch,
+                confidence: m.confidence,
+                aligned_ns: aligned,
+                summary: m.summary,
+                rule_id: Some("collective-mismatch".to_string()),
+                advice,
+                events: m.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
         };
     }
 

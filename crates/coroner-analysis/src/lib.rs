@@ -18,6 +18,7 @@ mod hang;
 mod hardware;
 pub mod history;
 pub mod live;
+mod majority;
 mod mismatch;
 mod pace;
 mod partial;

@@ -149,6 +149,10 @@ pub enum EventKind {
     OomKill { pid: Option<u32>, process: Option<String> },
     /// A job scheduler says the step or task ended (Slurm's `task N: Killed`, a time limit).
     SchedulerEnd { message: String },
+    /// NCCL's trace of one collective a process issued (`NCCL_DEBUG=INFO`, subsystem COLL):
+    /// `Broadcast: opCount 0 sendbuff .. count 25503912 datatype 6 op 0 root 0 comm 0x.. [nranks=8]`.
+    /// Only each process's last few are kept (they say what it was doing when it stopped).
+    NcclCollective { host: String, pid: u32, op: String, op_count: u64, count: u64, datatype: u32, nranks: Option<u32> },
     /// Horovod's stall inspector: an op some ranks submitted (`ready`) and others did not
     /// (`missing`); either list may be all that was printed.
     Stall { op: String, ready: Vec<Rank>, missing: Vec<Rank> },
@@ -189,6 +193,7 @@ impl EventKind {
             EventKind::SchedulerEnd { .. } => "scheduler_end",
             EventKind::Divergence { .. } => "divergence",
             EventKind::Stall { .. } => "stall",
+            EventKind::NcclCollective { .. } => "nccl_collective",
             EventKind::Warning { .. } => "warning",
             EventKind::GpuSample(_) => "gpu_sample",
         }

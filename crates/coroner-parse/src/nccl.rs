@@ -140,6 +140,29 @@ pub fn return_code(l: &NcclLine<'_>) -> Option<u32> {
     (code != 0).then_some(code)
 }
 
+/// NCCL's trace of a collective (`NCCL_DEBUG_SUBSYS=COLL`): `AllReduce: opCount 1a sendbuff 0x..
+/// recvbuff 0x.. count 1024 datatype 7 op 0 root 0 comm 0x.. [nranks=8] stream 0x..`.
+pub fn collective(l: &NcclLine<'_>) -> Option<EventKind> {
+    if l.level != "INFO" {
+        return None;
+    }
+    let (op, rest) = l.msg.split_once(": opCount ")?;
+    if op.is_empty() || !op.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    let hex = rest.split_whitespace().next()?;
+    let op_count = u64::from_str_radix(hex, 16).ok()?;
+    Some(EventKind::NcclCollective {
+        host: l.host.to_string(),
+        pid: l.pid,
+        op: op.to_string(),
+        op_count,
+        count: num_after(rest, " count ")?,
+        datatype: num_after(rest, " datatype ").and_then(|v| u32::try_from(v).ok())?,
+        nranks: num_after(rest, "[nranks=").and_then(|v| u32::try_from(v).ok()),
+    })
+}
+
 /// The name of an `ncclResult_t`.
 pub fn result_name(code: u32) -> &'static str {
     match code {
@@ -234,6 +257,9 @@ mod tests {
         assert_eq!(return_code(&split("XXX:430:2237 [0] NCCL INFO init.cu:864 -> 2").unwrap()), Some(2));
         assert_eq!(return_code(&split("n:1:2 [0] NCCL INFO misc/group.cu:69 -> 2 [Async thread]").unwrap()), Some(2));
         assert_eq!(return_code(&split("n:1:2 [0] NCCL INFO Channel 00 : 0 -> 1 via P2P").unwrap()), None);
+        let c = collective(&split("gpu3:32615:32615 [0] NCCL INFO Broadcast: opCount 1a sendbuff 0x7f88e4000000 recvbuff 0x7f88e4000000 count 25503912 datatype 6 op 0 root 0 comm 0x7f88e005a260 [nranks=8] stream 0x55f20d2f5db0").unwrap());
+        assert_eq!(c, Some(EventKind::NcclCollective { host: "gpu3".into(), pid: 32615, op: "Broadcast".into(), op_count: 26, count: 25503912, datatype: 6, nranks: Some(8) }));
+        assert_eq!(collective(&split("n:1:2 [0] NCCL INFO Using network Socket").unwrap()), None);
         assert!(matches!(run("n:1:2 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1000 - Abort COMPLETE").first(), Some(EventKind::Warning { .. })));
     }
 }

@@ -121,6 +121,9 @@ pub struct RankParser {
     first_to_exit: crate::launcher::FirstToExit,
     /// An NCCL error code was reported since the last WARN (one event per failing call chain).
     nccl_chain: bool,
+    /// Each process's last NCCL collective traces (`NCCL_DEBUG_SUBSYS=COLL`), emitted at the end:
+    /// a job issues millions, and only the last say what a process was doing when it stopped.
+    last_collectives: Vec<(u32, std::collections::VecDeque<Event>)>,
 }
 
 impl RankParser {
@@ -138,6 +141,7 @@ impl RankParser {
             numerics: crate::numerics::Numerics::default(),
             first_to_exit: crate::launcher::FirstToExit::default(),
             nccl_chain: false,
+            last_collectives: Vec::new(),
         }
     }
 
@@ -237,6 +241,9 @@ impl RankParser {
 
     /// End of input: flush any open multi-line block.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
+        for (_, last) in std::mem::take(&mut self.last_collectives) {
+            out.extend(last);
+        }
         let mut blocks = std::mem::take(&mut self.blocks);
         blocks.sort_by_key(|(c, _)| *c);
         for (_, b) in blocks {
@@ -267,6 +274,11 @@ impl RankParser {
             crate::horovod::stalls(t, &mut ks);
         }
         if let Some(l) = nccl_line {
+            if let Some(k) = nccl::collective(&l) {
+                self.keep_collective(l.pid, ctx.origin().event(k, clip(t, MAX_TEXT).to_string()));
+                self.scratch = ks;
+                return;
+            }
             nccl::classify(&l, &mut self.seen_comms, &mut ks);
             if l.level == "WARN" {
                 self.nccl_chain = false;
@@ -365,6 +377,24 @@ impl RankParser {
                 Some(Block::Warning(b))
             }
         }
+    }
+
+    /// Keeps a process's last [`KEPT_COLLECTIVES`] collective traces (at most 1,024 processes).
+    fn keep_collective(&mut self, pid: u32, e: Event) {
+        const KEPT_COLLECTIVES: usize = 2;
+        let i = match self.last_collectives.iter().position(|(p, _)| *p == pid) {
+            Some(i) => i,
+            None if self.last_collectives.len() < 1024 => {
+                self.last_collectives.push((pid, std::collections::VecDeque::new()));
+                self.last_collectives.len() - 1
+            }
+            None => return,
+        };
+        let q = &mut self.last_collectives[i].1;
+        if q.len() == KEPT_COLLECTIVES {
+            q.pop_front();
+        }
+        q.push_back(e);
     }
 
     /// False for a repeat (same kind and template within the window) of a noisy kind.

@@ -111,6 +111,19 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if word == 0 {
         return None;
     }
+    // grep over several files: `LOG1.0.txt:` or `rank3.log:120:` before each line.
+    if s.get(word) == Some(&b':') {
+        let name = &s[..word];
+        let is_log = [&b".txt"[..], b".log", b".out", b".err"].iter().any(|ext| name.ends_with(ext));
+        if is_log {
+            let mut used = word + 1;
+            let n = s[used..].iter().take(10).take_while(|b| b.is_ascii_digit()).count();
+            if n > 0 && s.get(used + n) == Some(&b':') {
+                used += n + 1;
+            }
+            return Some(used);
+        }
+    }
     // docker compose: `vllm-1  | ` (the service name, padded, then `| `).
     let pad = s[word..].iter().take_while(|b| **b == b' ').count();
     if pad >= 1 && s.get(word + pad) == Some(&b'|') && s.get(word + pad + 1) == Some(&b' ') && s[..word].contains(&b'-') {
@@ -255,6 +268,10 @@ mod tests {
         assert_eq!((p.global_rank, p.rest(line)), (Some(0), &b"[E321 02:07:08.1 ProcessGroupNCCL.cpp:1] x"[..]));
         let line = b"        | [rank0]: FileNotFoundError: Caught FileNotFoundError in DataLoader worker process 2.";
         assert_eq!(split_rank_prefix(line).global_rank, Some(0));
+        let line = b"LOG1.0.txt:learnfair062:32615:32615 [0] NCCL INFO Broadcast: opCount 0";
+        assert_eq!(split_rank_prefix(line).rest(line), b"learnfair062:32615:32615 [0] NCCL INFO Broadcast: opCount 0");
+        let line = b"rank3.log:120:[rank3]: boom";
+        assert_eq!((split_rank_prefix(line).global_rank, split_rank_prefix(line).rest(line)), (Some(3), &b" boom"[..]));
         let line = b"i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2";
         let p = split_rank_prefix(line);
         assert_eq!((p.local_rank, p.global_rank, p.rest(line)), (Some(2), Some(2), &b" RuntimeError: Rank 2"[..]));
