@@ -224,7 +224,7 @@ pub fn diagnose<'a>(
             verdict: Verdict::Failed,
             first: Some(FirstFinding {
                 rank: None,
-                candidates: Vec::new(),
+                candidates: p.candidates,
                 class: p.class,
                 confidence: p.confidence,
                 aligned_ns: aligned,

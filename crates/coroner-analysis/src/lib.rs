@@ -19,6 +19,8 @@ mod hardware;
 pub mod history;
 pub mod live;
 mod majority;
+#[cfg(test)]
+mod mechanism_tests;
 mod mismatch;
 mod pace;
 mod partial;

@@ -16,6 +16,8 @@ pub struct PartialFinding<'a> {
     pub summary: String,
     pub events: Vec<&'a Event>,
     pub confidence: f64,
+    /// The ranks whose logs are missing: the culprit is among them.
+    pub candidates: Vec<Rank>,
 }
 
 /// What a symptom says about where the failure is.
@@ -65,10 +67,10 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &P
         },
         _ => format!("{who} saw a peer fail ({})", first.rule.and_then(|r| r.summary.as_deref()).unwrap_or("a peer hung up")),
     };
-    let missing = missing_ranks(evidence);
+    let missing_text = missing_ranks(evidence);
     let never = match class {
-        FaultClass::Hang => format!("; ranks that never issued it: unknown ({missing})"),
-        _ => format!("; the peer that failed first: unknown ({missing})"),
+        FaultClass::Hang => format!("; ranks that never issued it: unknown ({missing_text})"),
+        _ => format!("; the peer that failed first: unknown ({missing_text})"),
     };
     let mut events = vec![first.event];
     events.extend(symptoms.iter().filter(|(r, _)| r != rank).map(|(_, c)| c.event).take(3));
@@ -77,6 +79,7 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &P
         summary: format!("the culprit is not in these logs: {what}{never}"),
         events,
         confidence: 0.5,
+        candidates: missing(evidence),
     })
 }
 
@@ -95,12 +98,23 @@ fn waited_on(progress: &Progress, rank: Rank) -> Option<String> {
     })
 }
 
+fn present(evidence: &JobEvidence) -> Vec<Rank> {
+    evidence.ranks.iter().filter(|(r, ev)| !r.is_unknown() && ev.lines > 0).map(|(r, _)| *r).collect()
+}
+
+/// The ranks below the world size with no line and no recorded end.
+pub fn missing(evidence: &JobEvidence) -> Vec<Rank> {
+    let present = present(evidence);
+    let n = evidence.world_size.unwrap_or(0);
+    (0..n).map(Rank).filter(|r| !present.contains(r) && evidence.end_of(*r).is_none()).collect()
+}
+
 /// Which ranks' logs are missing, in words: what limits a partial answer.
 pub fn missing_ranks(evidence: &JobEvidence) -> String {
-    let present: Vec<Rank> = evidence.ranks.iter().filter(|(r, ev)| !r.is_unknown() && ev.lines > 0).map(|(r, _)| *r).collect();
+    let present = present(evidence);
     match evidence.world_size {
-        Some(n) => {
-            let missing: Vec<Rank> = (0..n).map(Rank).filter(|r| !present.contains(r)).collect();
+        Some(_) => {
+            let missing = missing(evidence);
             if missing.is_empty() {
                 "every rank's log is here".to_string()
             } else {

@@ -55,6 +55,15 @@ pub fn build(
         c.caused_by = c.caused_by.and_then(Rank::known);
     }
     notes.extend(unknown_processes(evidence, job, culprit));
+    let missing = crate::partial::missing(evidence);
+    if !missing.is_empty() {
+        notes.push(format!(
+            "no log of rank{} {} (world size {}): a failure that started there is not seen, so the first failure named is the first among the ranks whose logs are here",
+            if missing.len() == 1 { "" } else { "s" },
+            crate::hang::join(&missing),
+            evidence.world_size.unwrap_or(0)
+        ));
+    }
     if cascade.len() > MAX_CASCADE {
         notes.push(format!("{} more ranks in the cascade are not listed", cascade.len() - MAX_CASCADE));
         cascade.truncate(MAX_CASCADE);

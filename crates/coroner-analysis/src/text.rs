@@ -19,7 +19,7 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
             writeln!(out, "{}: job {} - stopped from outside, no rank failed first: {} (confidence {:.2})", v.as_str().to_uppercase(), r.job_id, f.class, f.confidence)?;
             write_first(out, f)?;
         }
-        (v, Some(f)) if f.rank.is_none() && f.candidates.is_empty() && f.summary.starts_with("the culprit is not in these logs") => {
+        (v, Some(f)) if f.rank.is_none() && f.summary.starts_with("the culprit is not in these logs") => {
             writeln!(out, "{}: job {} - the culprit is not in these logs: {} (confidence {:.2})", v.as_str().to_uppercase(), r.job_id, f.class, f.confidence)?;
             write_first(out, f)?;
         }
