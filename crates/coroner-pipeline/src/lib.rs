@@ -5,6 +5,8 @@
 //! and accumulates the [`JobEvidence`] the pure analysis reads. No IO.
 
 mod demux;
+#[cfg(test)]
+mod push_log_tests;
 mod unranked;
 
 use coroner_analysis::live::{LiveConfig, LiveMonitor};
@@ -13,7 +15,6 @@ use coroner_model::{
     ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary,
     Stream, SuspectedHang, Verdict,
 };
-use coroner_parse::prefix::split_rank_prefix;
 use coroner_parse::RankParser;
 use std::collections::BTreeMap;
 
@@ -132,55 +133,6 @@ impl JobPipeline {
         let mut out = Vec::new();
         parser.push(&line, &mut out);
         self.file_events(line.rank, out);
-    }
-
-    /// A whole log whose owner neither a session nor its name tells (offline input: one
-    /// `train.log`, a pod log, `dmesg`), named `source` in the report's notes. Its lines are
-    /// filed by what they show (`unranked.rs`): a kernel log under no rank, prefixed lines under
-    /// their prefix's rank, the rest under the rank they name themselves or one process of
-    /// unknown rank.
-    pub fn push_log(&mut self, source: &str, lines: Vec<LogLine>) {
-        match unranked::decide(&lines) {
-            unranked::Filing::Kernel => {
-                self.add_note(format!("{source} is a kernel log: its lines belong to no rank; Xid and OOM-killer lines are joined to a rank by the pid or GPU they name"));
-                for mut l in lines {
-                    l.rank = None;
-                    self.push_line(l);
-                }
-            }
-            unranked::Filing::Process { learned, per_line, prefixed, unprefixed } => {
-                let own = match learned {
-                    Some(r) => {
-                        self.add_note(format!("{source}: no file name or prefix gives its rank; its own lines say rank {r} (as c10d and logging formats print it), so it is read as rank {r}'s log"));
-                        r
-                    }
-                    None => {
-                        let r = Rank::unknown(self.unknown_logs);
-                        self.unknown_logs = self.unknown_logs.saturating_add(1);
-                        if unprefixed > 0 && prefixed == 0 {
-                            self.add_note(format!("{source}: no file name, prefix or line of its own gives its rank: read as the log of one process of unknown rank"));
-                        }
-                        self.evidence.unknown_sources.insert(r, source.to_string());
-                        r
-                    }
-                };
-                let mut actors: BTreeMap<u32, Rank> = BTreeMap::new();
-                for mut l in lines {
-                    let p = split_rank_prefix(&l.bytes);
-                    l.rank = match unranked::owner_kind(&p) {
-                        unranked::Owner::Rank => None,
-                        unranked::Owner::Own => Some(unranked::owner_of(&l, &p, own, per_line)),
-                        unranked::Owner::Process(pid) => Some(*actors.entry(pid).or_insert_with(|| {
-                            let r = Rank::unknown(self.unknown_logs);
-                            self.unknown_logs = self.unknown_logs.saturating_add(1);
-                            self.evidence.unknown_sources.insert(r, format!("{source}, pid {pid}"));
-                            r
-                        })),
-                    };
-                    self.push_line(l);
-                }
-            }
-        }
     }
 
     /// A launcher's own end. torchrun exits 0 only when all its workers did, so a clean launcher

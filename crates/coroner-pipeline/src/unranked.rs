@@ -12,7 +12,9 @@
 //!    names and the rest to one process of unknown rank ([`Rank::unknown`]). The report says
 //!    which it was.
 
+use crate::JobPipeline;
 use coroner_model::{EventKind, LogLine, Rank};
+use std::collections::BTreeMap;
 use coroner_parse::prefix::{split_rank_prefix, RankPrefix};
 use coroner_parse::{kernel::looks_like_kernel_line, selfrank::self_described};
 use std::collections::BTreeSet;
@@ -25,6 +27,58 @@ pub(crate) enum Filing {
     /// The log's unprefixed lines: `own` unless `per_line` (several ranks named) and the line
     /// names one. `learned` is the one rank every self-describing line named.
     Process { learned: Option<Rank>, per_line: bool, prefixed: usize, unprefixed: usize },
+}
+
+impl JobPipeline {
+    /// A whole log whose owner neither a session nor its name tells (offline input: one
+    /// `train.log`, a pod log, `dmesg`), named `source` in the report's notes. Its lines are
+    /// filed by what they show (`unranked.rs`): a kernel log under no rank, prefixed lines under
+    /// their prefix's rank, the rest under the rank they name themselves or one process of
+    /// unknown rank.
+    pub fn push_log(&mut self, source: &str, lines: Vec<LogLine>) {
+        match decide(&lines) {
+            Filing::Kernel => {
+                self.add_note(format!("{source} is a kernel log: its lines belong to no rank; Xid and OOM-killer lines are joined to a rank by the pid or GPU they name"));
+                for mut l in lines {
+                    l.rank = None;
+                    self.push_line(l);
+                }
+            }
+            Filing::Process { learned, per_line, prefixed, unprefixed } => {
+                let own = match learned {
+                    Some(r) => {
+                        self.add_note(format!("{source}: no file name or prefix gives its rank; its own lines say rank {r} (as c10d and logging formats print it), so it is read as rank {r}'s log"));
+                        r
+                    }
+                    None => {
+                        let r = Rank::unknown(self.unknown_logs);
+                        self.unknown_logs = self.unknown_logs.saturating_add(1);
+                        if unprefixed > 0 && prefixed == 0 {
+                            self.add_note(format!("{source}: no file name, prefix or line of its own gives its rank: read as the log of one process of unknown rank"));
+                        }
+                        self.evidence.unknown_sources.insert(r, source.to_string());
+                        r
+                    }
+                };
+                let mut actors: BTreeMap<u32, Rank> = BTreeMap::new();
+                for mut l in lines {
+                    let p = split_rank_prefix(&l.bytes);
+                    l.rank = match owner_kind(&p) {
+                        Owner::Rank => None,
+                        Owner::Own => Some(owner_of(&l, &p, own, per_line)),
+                        Owner::Process(pid) => Some(*actors.entry(pid).or_insert_with(|| {
+                            let r = Rank::unknown(self.unknown_logs);
+                            self.unknown_logs = self.unknown_logs.saturating_add(1);
+                            self.evidence.unknown_sources.insert(r, format!("{source}, pid {pid}"));
+                            r
+                        })),
+                    };
+                    self.push_line(l);
+                }
+            }
+        }
+    }
+
 }
 
 /// Decides how a log's lines are filed (pure; see the module doc).
