@@ -62,6 +62,13 @@ impl Identities {
         let mut by_slot: HashMap<PciSlot, Vec<Rank>> = HashMap::new();
         for (rank, ev) in &evidence.ranks {
             for e in &ev.events {
+                // A DataLoader worker the rank names (`DataLoader worker (pid 629) is killed`) is
+                // its process too: the kernel's OOM killer names the worker's pid.
+                if let EventKind::ErrorLine { message } | EventKind::Exception { message, .. } = &e.kind {
+                    if let Some(pid) = worker_pid(message) {
+                        by_pid.entry(pid).or_default().push(*rank);
+                    }
+                }
                 if let EventKind::NcclInit { pid, bus_id, .. } = &e.kind {
                     by_pid.entry(*pid).or_default().push(*rank);
                     if let Some(slot) = bus_id.as_deref().and_then(slot_of_nccl_bus_id) {
@@ -92,6 +99,15 @@ impl Identities {
             _ => None,
         }
     }
+}
+
+/// `DataLoader worker (pid 629)` / `DataLoader worker (pid(s) 18360)`.
+fn worker_pid(message: &str) -> Option<u32> {
+    let at = message.find("worker (pid")?;
+    let r = &message[at + "worker (pid".len()..];
+    let r = r.strip_prefix("(s)").unwrap_or(r).trim_start();
+    let n = r.bytes().take_while(u8::is_ascii_digit).count();
+    r[..n].parse().ok()
 }
 
 /// Every hardware line the evidence holds, with the rank it belongs to where one can be named.

@@ -355,6 +355,9 @@ fn load_log_bytes(name: &str, bytes: &[u8], rank: Option<Rank>, stream: Stream, 
         return;
     }
     let lines = split_log(bytes, rank, stream, fallback_ns);
+    if !bytes.is_empty() && !lines.iter().any(|l| coroner_parse::time::printed_time(&String::from_utf8_lossy(&l.bytes[..l.bytes.len().min(256)]), fallback_ns).is_some()) {
+        summary.warnings.push(format!("{name}: no line carries a time of its own, so its times in the report are when the file was last written (or read), not when it happened"));
+    }
     if rank.is_some() {
         push_all(sink, lines, summary);
     } else {

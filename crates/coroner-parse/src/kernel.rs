@@ -65,7 +65,9 @@ pub fn classify(t: &str, out: &mut Vec<EventKind>) -> bool {
 /// is a kernel log (`dmesg > dmesg.txt`) rather than a process's output.
 pub fn looks_like_kernel_line(t: &str) -> bool {
     let t = t.trim_start();
-    if t.starts_with("NVRM:") || t.starts_with("kernel:") {
+    // Kernel messages pasted without their header.
+    const BARE: [&str; 8] = ["NVRM:", "kernel:", "Out of memory: Kill", "Memory cgroup out of memory", "oom-kill:", "oom_reaper:", "Killed process ", "pcieport "];
+    if BARE.iter().any(|b| t.starts_with(b)) {
         return true;
     }
     if let Some(r) = t.strip_prefix('[') {
@@ -97,6 +99,7 @@ mod tests {
             "[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641",
             "Nov 30 08:58:51 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error",
             "NVRM: GPU at PCI:0000:3b:00: GPU-0e8f",
+            "Memory cgroup out of memory: Killed process 629 (python) total-vm:14119556kB",
         ] {
             assert!(looks_like_kernel_line(t), "{t}");
         }

@@ -36,7 +36,8 @@ impl JobPipeline {
     /// their prefix's rank, the rest under the rank they name themselves or one process of
     /// unknown rank.
     pub fn push_log(&mut self, source: &str, lines: Vec<LogLine>) {
-        match decide(&lines) {
+        let filing = if kernel_log_name(source) { Filing::Kernel } else { decide(&lines) };
+        match filing {
             Filing::Kernel => {
                 self.add_note(format!("{source} is a kernel log: its lines belong to no rank; Xid and OOM-killer lines are joined to a rank by the pid or GPU they name"));
                 for mut l in lines {
@@ -82,6 +83,12 @@ impl JobPipeline {
 }
 
 /// Decides how a log's lines are filed (pure; see the module doc).
+/// Whether a file's name says it is a kernel log (`dmesg.txt`, `kern.log`, `journalctl-k.out`).
+pub(crate) fn kernel_log_name(source: &str) -> bool {
+    let name = source.rsplit('/').next().unwrap_or(source).to_ascii_lowercase();
+    ["dmesg", "kern.log", "kernel", "journalctl"].iter().any(|k| name.contains(k))
+}
+
 pub(crate) fn decide(lines: &[LogLine]) -> Filing {
     let mut kernel = 0usize;
     let mut nonblank = 0usize;
@@ -178,6 +185,12 @@ mod tests {
     fn a_dmesg_excerpt_is_a_kernel_log() {
         let l = lines(&["[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641", "[Fri Jan 29 23:42:35 2021] NVRM: Xid (PCI:0000:db:00): 43, pid=13641", "some wrapped tail"]);
         assert_eq!(decide(&l), Filing::Kernel);
+    }
+
+    #[test]
+    fn a_kernel_log_by_name() {
+        assert!(kernel_log_name("logs/dmesg.txt") && kernel_log_name("kern.log") && kernel_log_name("journalctl-k.out"));
+        assert!(!kernel_log_name("train.log") && !kernel_log_name("rank3.log"));
     }
 
     #[test]
