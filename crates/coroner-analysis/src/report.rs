@@ -109,7 +109,9 @@ fn first_failure(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockM
     // Then how the others learned of it: each other rank's first symptom, a few of them.
     for (rank, _) in job.ranks.iter().filter(|(r, _)| Some(**r) != f.rank).take(4) {
         if let Some(s) = job.first_symptom(*rank) {
-            lines.push(evidence_line(clock, s.event));
+            if !f.events.iter().any(|e| std::ptr::eq(*e, s.event)) {
+                lines.push(evidence_line(clock, s.event));
+            }
         }
     }
     for l in &mut lines {

@@ -355,7 +355,11 @@ fn load_log_bytes(name: &str, bytes: &[u8], rank: Option<Rank>, stream: Stream, 
         return;
     }
     let lines = split_log(bytes, rank, stream, fallback_ns);
-    if !bytes.is_empty() && !lines.iter().any(|l| coroner_parse::time::printed_time(&String::from_utf8_lossy(&l.bytes[..l.bytes.len().min(256)]), fallback_ns).is_some()) {
+    let dated = |l: &LogLine| {
+        let rest = coroner_parse::prefix::split_rank_prefix(&l.bytes).rest(&l.bytes);
+        coroner_parse::time::printed_time(&String::from_utf8_lossy(&rest[..rest.len().min(256)]), fallback_ns).is_some()
+    };
+    if !bytes.is_empty() && !lines.iter().any(dated) {
         summary.warnings.push(format!("{name}: no line carries a time of its own, so its times in the report are when the file was last written (or read), not when it happened"));
     }
     if rank.is_some() {
