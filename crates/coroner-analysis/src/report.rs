@@ -55,6 +55,15 @@ pub fn build(
         c.caused_by = c.caused_by.and_then(Rank::known);
     }
     notes.extend(unknown_processes(evidence, job, culprit));
+    // Hardware lines no rank could be joined to, when they did not become the answer themselves.
+    let shown: Vec<&Event> = diagnosis.first.as_ref().map(|f| f.events.clone()).unwrap_or_default();
+    for (e, v) in crate::hardware::unattributed(evidence, rules).into_iter().filter(|(e, _)| !shown.iter().any(|s| std::ptr::eq(*s, *e))).take(3) {
+        notes.push(format!(
+            "a kernel or driver line names a process or GPU no line of the job does ({}): {}; if that process ran this job, it may explain the failure",
+            v.class().map(|c| c.to_string()).unwrap_or_default(),
+            e.text.chars().take(200).collect::<String>()
+        ));
+    }
     let missing = crate::partial::missing(evidence);
     if !missing.is_empty() {
         notes.push(format!(
