@@ -38,10 +38,19 @@ pub fn root_findings<'a>(
 ) -> Vec<Finding<'a>> {
     let mut out = Vec::new();
     for rank in evidence.all_ranks() {
-        if let Some(f) = from_events(rank, job) {
-            out.push(f);
-        } else if let Some(f) = from_end(rank, evidence, job, rules, clock) {
-            out.push(f);
+        match (from_events(rank, job), from_end(rank, evidence, job, rules, clock)) {
+            // A death by a signal says more than a generic error line of the same rank (an
+            // `error-line` root below the strong bar): the signal names the class, the line is
+            // kept as evidence.
+            (Some(f), Some(mut g)) if f.confidence < 0.5 && g.confidence > f.confidence => {
+                g.events = f.events;
+                g.aligned_ns = f.aligned_ns;
+                g.undated = false;
+                out.push(g);
+            }
+            (Some(f), _) => out.push(f),
+            (None, Some(g)) => out.push(g),
+            (None, None) => {}
         }
     }
     out

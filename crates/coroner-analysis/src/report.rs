@@ -35,12 +35,8 @@ pub fn build(
         notes.push(note);
     }
     for other in &diagnosis.other_roots {
-        notes.push(format!(
-            "rank {} also failed on its own ({}) at {}",
-            other.rank,
-            other.class,
-            format_rfc3339_ns(other.aligned_ns)
-        ));
+        let when = if other.undated { "at a time no line gives".to_string() } else { format!("at {}", format_rfc3339_ns(other.aligned_ns)) };
+        notes.push(format!("rank {} also failed on its own ({}) {when}", other.rank, other.class));
     }
     notes.extend(pace::slowdown_note(evidence));
     if let Some(m) = diagnosis.first.as_ref().and_then(|f| f.rank).and_then(|r| gpu_memory::summary(evidence, clock, r)) {

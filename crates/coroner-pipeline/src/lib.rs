@@ -218,6 +218,7 @@ impl JobPipeline {
             ev.events.sort_by_key(|e| (e.capture_ns, e.line.seq));
         }
         evidence.ends = self.ends(&evidence);
+        unranked::identify_by_launcher(&mut evidence);
         evidence.snapshots.sort_by(|a, b| (a.rank, &a.kind, &a.name).cmp(&(b.rank, &b.kind, &b.name)));
         if let Some(note) = missing_dumps(&evidence) {
             evidence.notes.push(note);

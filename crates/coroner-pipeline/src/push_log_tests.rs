@@ -89,3 +89,12 @@ fn a_log_with_no_failure_is_a_success_that_says_what_it_does_not_know() {
     assert_eq!(r.verdict, Verdict::Succeeded);
     assert!(coroner_analysis::text::render(&r).starts_with("SUCCEEDED: job j - no line reports a failure (how the processes ended is not in these logs)"));
 }
+
+#[test]
+fn a_log_of_unknown_rank_beside_the_launchers_report_of_one_silent_rank_is_that_ranks() {
+    let log = "Traceback (most recent call last):\n  File \"infer.py\", line 40, in <module>\n    model = deepspeed.init_inference(model)\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB\n[2023-07-04 17:31:27,755] [ERROR] [launch.py:321:sigkill_handler] ['python3', '-u', 'infer.py', '--local_rank=0'] exits with return code = 1\n";
+    let r = report(&[("output.txt", log)]);
+    assert_eq!(first(&r), (Verdict::Failed, Some(0), Some(FaultClass::CudaOom)));
+    assert!(r.notes.iter().any(|n| n.contains("read as rank 0's log")), "{:?}", r.notes);
+    assert!(!r.notes.iter().any(|n| n.contains("one process of unknown rank")), "{:?}", r.notes);
+}

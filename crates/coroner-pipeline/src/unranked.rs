@@ -82,6 +82,59 @@ impl JobPipeline {
 
 }
 
+/// Where launchers' own code lives: a traceback through it is the launcher's.
+const LAUNCHER_CODE: [&str; 7] = [
+    "torch/distributed/elastic",
+    "torch/distributed/run.py",
+    "torch/distributed/launch",
+    "distributed/launcher/",
+    "deepspeed/launcher",
+    "horovod/runner",
+    "text_generation_launcher",
+];
+
+/// One log of unknown rank and one rank that a launcher reports ended but that has no line of
+/// its own: they are the same process (a single worker's log beside its launcher's report, a
+/// DeepSpeed or torchrun console). The log's process is taken to be that rank, and a note says so.
+pub(crate) fn identify_by_launcher(evidence: &mut coroner_analysis::JobEvidence) {
+    // Only a worker's own failure makes the log a worker's: a launcher's output (its traceback
+    // runs through the launcher's code) stays a process of its own.
+    let launchers_words = |m: &str| m.contains("ChildFailedError") || m.contains("processes exited with non-zero") || m.contains("CalledProcessError");
+    let workers_own = |e: &coroner_model::Event| match &e.kind {
+        EventKind::Exception { message, frames, .. } => {
+            !launchers_words(message) && !frames.iter().any(|f| LAUNCHER_CODE.iter().any(|l| f.file.contains(l)))
+        }
+        // An exception's last line pasted without its traceback: `torch.cuda.OutOfMemoryError: ...`.
+        EventKind::ErrorLine { message } => {
+            let ty = message.split(':').next().unwrap_or("");
+            let is_type = !ty.is_empty() && ty.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_') && (ty.ends_with("Error") || ty.ends_with("Exception"));
+            is_type && !launchers_words(message)
+        }
+        _ => false,
+    };
+    let unknown: Vec<Rank> = evidence.ranks.iter().filter(|(r, ev)| r.is_unknown() && ev.events.iter().any(workers_own)).map(|(r, _)| *r).collect();
+    let silent_ended: Vec<Rank> = evidence
+        .ends
+        .iter()
+        .map(|e| e.rank)
+        .filter(|r| !r.is_unknown() && evidence.ranks.get(r).is_none_or(|ev| ev.lines == 0))
+        .collect();
+    let (&[u], &[r]) = (unknown.as_slice(), silent_ended.as_slice()) else { return };
+    let Some(source) = evidence.unknown_sources.get(&u).cloned() else { return };
+    if source.contains(", pid ") {
+        return; // an actor's own process: its pid already names it apart from the launcher's worker
+    }
+    let Some(mut ev) = evidence.ranks.remove(&u) else { return };
+    for e in &mut ev.events {
+        e.rank = Some(r);
+    }
+    evidence.unknown_sources.remove(&u);
+    evidence.ranks.insert(r, ev);
+    let unknown_note = format!("{source}: no file name, prefix or line of its own gives its rank");
+    evidence.notes.retain(|n| !n.starts_with(&unknown_note));
+    evidence.notes.push(format!("{source}: read as rank {r}'s log: its lines name no rank, and the launcher reports that rank {r}, which has no other log, ended"));
+}
+
 /// Decides how a log's lines are filed (pure; see the module doc).
 /// Whether a file's name says it is a kernel log (`dmesg.txt`, `kern.log`, `journalctl-k.out`).
 pub(crate) fn kernel_log_name(source: &str) -> bool {
