@@ -25,7 +25,7 @@ impl Classified<'_> {
     /// A symptom that means "I waited for a peer and gave up" (the peer was alive but silent, or slow).
     pub fn is_wait_timeout(&self) -> bool {
         match &self.event.kind {
-            EventKind::WatchdogTimeout { .. } | EventKind::TransportTimeout { .. } => true,
+            EventKind::WatchdogTimeout { .. } | EventKind::TransportTimeout { .. } | EventKind::Stall { .. } => true,
             EventKind::Exception { .. } | EventKind::ErrorLine { .. } => {
                 self.rule.is_some_and(|r| r.id.contains("timeout"))
             }

@@ -6,7 +6,7 @@ use crate::evidence::JobEvidence;
 use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
-use crate::{hang, hardware, mismatch};
+use crate::{cancel, hang, hardware, majority, mismatch, partial, stall};
 use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
@@ -44,7 +44,29 @@ pub fn diagnose<'a>(
 ) -> Diagnosis<'a> {
     let mut findings = root_findings(evidence, job, rules, clock);
     hardware::merge(evidence, rules, clock, &mut findings);
-    findings.sort_by_key(|f| (f.aligned_ns, f.rank));
+    findings.sort_by_key(|f| (f.undated, f.aligned_ns, f.rank));
+
+    let stop = cancel::find(evidence, job, clock);
+    if let Some(c) = stop.as_ref().filter(|c| !cancel::failed_before(job, clock, c.at)) {
+        let advice = rules.get("stopped-from-outside").and_then(|r| r.advice.clone());
+        let line = c.events.first().map(|e| format!(": {}", first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone()))).unwrap_or_default();
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: None,
+                candidates: Vec::new(),
+                class: FaultClass::Killed,
+                confidence: if c.events.is_empty() { 0.6 } else { 0.85 },
+                aligned_ns: c.at,
+                summary: format!("no rank failed: the job was stopped from outside by {}{line}", c.who),
+                rule_id: Some("stopped-from-outside".to_string()),
+                advice,
+                events: c.events.clone(),
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
 
     if let Some(m) = mismatch::find(job) {
         let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
@@ -78,7 +100,7 @@ pub fn diagnose<'a>(
         let mut confidence = first.confidence;
         let mut note = None;
         let mut chosen = *first;
-        if let Some(second) = pool.get(1) {
+        if let Some(second) = pool.get(1).filter(|s| !s.undated || first.undated) {
             if !clock.surely_before(Some(first.rank), first.aligned_ns, Some(second.rank), second.aligned_ns) {
                 // Too close to order by time: prefer the one that is not itself downstream of a
                 // symptom, then the more specific rule.
@@ -99,6 +121,49 @@ pub fn diagnose<'a>(
             verdict: Verdict::Failed,
             first: Some(first_from(chosen, confidence, note)),
             other_roots: others,
+        };
+    }
+
+    if let Some(m) = majority::find(job) {
+        let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
+        let aligned = m.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: m.rank,
+                candidates: m.candidates,
+                class: FaultClass::CollectiveMismatch,
+                confidence: m.confidence,
+                aligned_ns: aligned,
+                summary: m.summary,
+                rule_id: Some("collective-mismatch".to_string()),
+                advice,
+                events: m.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
+
+    if let Some(s) = stall::find(job, evidence.world_size) {
+        let rule = if s.class == FaultClass::Hang { "hang" } else { "collective-mismatch" };
+        let advice = rules.get(rule).and_then(|r| r.advice.clone()).or_else(|| Some(HANG_ADVICE.to_string()));
+        let aligned = s.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: s.rank,
+                candidates: s.candidates,
+                class: s.class,
+                confidence: s.confidence,
+                aligned_ns: aligned,
+                summary: s.summary,
+                rule_id: Some(rule.to_string()),
+                advice,
+                events: s.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
         };
     }
 
@@ -127,6 +192,52 @@ pub fn diagnose<'a>(
         };
     }
 
+    if let Some((e, v)) = hardware::unattributed(evidence, rules).into_iter().next() {
+        let what = v.rule.and_then(|r| r.summary.clone()).unwrap_or_else(|| v.class().map(|c| c.to_string()).unwrap_or_default());
+        let detail = first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone());
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: None,
+                candidates: Vec::new(),
+                class: v.class().unwrap_or(FaultClass::GpuHardware),
+                confidence: v.confidence() * 0.8,
+                aligned_ns: e.printed_ns,
+                summary: format!("{what} - {detail} (no line of the job's own logs names the process or GPU, so its rank is unknown)"),
+                rule_id: v.rule.map(|r| r.id.clone()),
+                advice: v.rule.and_then(|r| r.advice.clone()),
+                events: vec![e],
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
+
+    if let Some(p) = partial::find(evidence, job, progress) {
+        let rule = match p.class {
+            FaultClass::Hang => "hang",
+            _ => "nccl-error",
+        };
+        let advice = rules.get(rule).and_then(|r| r.advice.clone()).or_else(|| Some(HANG_ADVICE.to_string()));
+        let aligned = p.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: None,
+                candidates: p.candidates,
+                class: p.class,
+                confidence: p.confidence,
+                aligned_ns: aligned,
+                summary: p.summary,
+                rule_id: Some(rule.to_string()),
+                advice,
+                events: p.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
+
     Diagnosis { verdict: verdict_without_failure(evidence), first: None, other_roots: Vec::new() }
 }
 
@@ -148,7 +259,7 @@ fn first_from<'a>(f: &Finding<'a>, confidence: f64, ordering_note: Option<String
         candidates: vec![f.rank],
         class: f.class,
         confidence,
-        aligned_ns: Some(f.aligned_ns),
+        aligned_ns: (!f.undated).then_some(f.aligned_ns),
         summary: if detail.is_empty() { format!("rank {} {what}", f.rank) } else { format!("rank {}: {what} - {detail}", f.rank) },
         rule_id: f.rule.map(|r| r.id.clone()),
         advice: f.rule.and_then(|r| r.advice.clone()),
@@ -179,6 +290,10 @@ fn verdict_without_failure(evidence: &JobEvidence) -> Verdict {
         Verdict::Succeeded
     } else if evidence.ends.iter().any(|e| !e.succeeded()) {
         Verdict::Failed
+    } else if evidence.finished && evidence.plain_logs && evidence.ends.is_empty() {
+        // Plain logs never record how their processes ended: lines that report no failure are
+        // the whole evidence, and they say the job ran (the report notes what is not known).
+        Verdict::Succeeded
     } else if evidence.finished {
         Verdict::Unknown
     } else {

@@ -30,6 +30,11 @@ pub struct JobEvidence {
     pub finished: bool,
     /// Problems the pipeline met in its input, passed through to the report's notes.
     pub notes: Vec<String>,
+    /// The input is plain log files (no capture bundle): nothing records how processes ended
+    /// but the lines themselves.
+    pub plain_logs: bool,
+    /// The processes of unknown rank ([`Rank::unknown`]) and the log each one's lines came from.
+    pub unknown_sources: BTreeMap<Rank, String>,
 }
 
 /// One rank's share of the evidence.

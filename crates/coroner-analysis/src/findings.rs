@@ -24,6 +24,9 @@ pub struct Finding<'a> {
     pub events: Vec<&'a Event>,
     /// Set when only the process's end shows the failure.
     pub from_end: Option<String>,
+    /// Nothing dates it: a process end reported by a launcher for a rank with no lines of its
+    /// own. It is ordered after every dated finding and shown without a time.
+    pub undated: bool,
 }
 
 /// The root findings of every rank, and the SIGKILLed ranks that were alive-but-silent (hangs).
@@ -35,10 +38,19 @@ pub fn root_findings<'a>(
 ) -> Vec<Finding<'a>> {
     let mut out = Vec::new();
     for rank in evidence.all_ranks() {
-        if let Some(f) = from_events(rank, job) {
-            out.push(f);
-        } else if let Some(f) = from_end(rank, evidence, job, rules, clock) {
-            out.push(f);
+        match (from_events(rank, job), from_end(rank, evidence, job, rules, clock)) {
+            // A death by a signal says more than a generic error line of the same rank (an
+            // `error-line` root below the strong bar): the signal names the class, the line is
+            // kept as evidence.
+            (Some(f), Some(mut g)) if f.confidence < 0.5 && g.confidence > f.confidence => {
+                g.events = f.events;
+                g.aligned_ns = f.aligned_ns;
+                g.undated = false;
+                out.push(g);
+            }
+            (Some(f), _) => out.push(f),
+            (None, Some(g)) => out.push(g),
+            (None, None) => {}
         }
     }
     out
@@ -68,6 +80,7 @@ fn from_events<'a>(rank: Rank, job: &ClassifiedJob<'a>) -> Option<Finding<'a>> {
         aligned_ns: first.aligned_ns,
         events,
         from_end: None,
+        undated: false,
     })
 }
 
@@ -93,15 +106,16 @@ fn from_end<'a>(
         return None;
     }
     let rank_ev = evidence.ranks.get(&rank);
-    let host_ns = end.at_ns.or(rank_ev.and_then(|r| r.last_capture_ns)).unwrap_or(0);
+    let host_ns = end.at_ns.or(rank_ev.and_then(|r| r.last_capture_ns));
     Some(Finding {
         rank,
         class,
         rule: verdict.rule,
         confidence: verdict.confidence(),
-        aligned_ns: clock.aligned(Some(rank), host_ns),
+        aligned_ns: clock.aligned(Some(rank), host_ns.unwrap_or(0)),
         events: Vec::new(),
         from_end: Some(end.cause().describe()),
+        undated: host_ns.is_none(),
     })
 }
 

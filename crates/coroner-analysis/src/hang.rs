@@ -23,7 +23,50 @@ pub fn find<'a>(
     job: &ClassifiedJob<'a>,
     progress: &Progress,
 ) -> Option<HangFinding<'a>> {
-    by_sequence(evidence, job, progress).or_else(|| by_silence(evidence, job))
+    by_sequence(evidence, job, progress).or_else(|| left_early(evidence, job, progress)).or_else(|| by_silence(evidence, job))
+}
+
+/// A rank that ended cleanly (exit 0) while its peers were still in collectives with it: it left
+/// the training loop early (an uneven number of batches, a rank-dependent `break`), and its peers
+/// waited for a collective it would never issue.
+fn left_early<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &Progress) -> Option<HangFinding<'a>> {
+    let ranks = evidence.all_ranks();
+    let waiting: Vec<Rank> = ranks.iter().copied().filter(|r| job.events(*r).iter().any(|c| c.is_wait_timeout())).collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    let gone: Vec<Rank> = ranks
+        .iter()
+        .copied()
+        .filter(|r| !waiting.contains(r))
+        .filter(|r| evidence.end_of(*r).is_some_and(|e| e.succeeded()))
+        .filter(|r| job.with_role(*r, Role::Root).next().is_none())
+        .collect();
+    let rank = match gone.as_slice() {
+        [one] => *one,
+        _ => return None,
+    };
+    // What the peers waited in, and how far the one that left got, where the evidence says.
+    let awaited = progress.groups.iter().find_map(|(pg, by_rank)| {
+        let (seq, op, _) = waiting.iter().find_map(|w| by_rank.get(w)?.timed_out.clone())?;
+        Some((pg.clone(), seq, op, by_rank.get(&rank).and_then(|p| p.last_enqueued)))
+    });
+    let counts = match &awaited {
+        Some((pg, seq, op, Some(mine))) => format!("issued {mine} collectives of process group {pg}, its peers {seq} (they waited in {op} seq {seq})"),
+        Some((pg, seq, op, None)) => format!("its peers waited in {op} seq {seq} of process group {pg}"),
+        None => "its peers timed out waiting in a collective".to_string(),
+    };
+    Some(HangFinding {
+        rank: Some(rank),
+        candidates: vec![rank],
+        confidence: 0.75,
+        summary: format!(
+            "rank {rank} left early: it exited 0 while rank{} {} still waited for it; {counts}",
+            if waiting.len() == 1 { "" } else { "s" },
+            join(&waiting)
+        ),
+        events: telling_events(evidence, job, rank),
+    })
 }
 
 fn by_sequence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &Progress) -> Option<HangFinding<'a>> {
@@ -70,10 +113,13 @@ fn by_silence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>) -> Option<
     if waiting.is_empty() {
         return None;
     }
+    // A rank with no line and no recorded end is not silent: its log is missing (plain logs of
+    // part of a job); the partial verdict says so instead.
+    let captured = |r: &Rank| evidence.ranks.get(r).is_some_and(|e| e.lines > 0) || evidence.end_of(*r).is_some();
     let silent: Vec<Rank> = ranks
         .iter()
         .copied()
-        .filter(|r| !waiting.contains(r))
+        .filter(|r| !waiting.contains(r) && captured(r))
         .filter(|r| {
             job.events(*r).iter().all(|c| !matches!(c.role, Role::Root | Role::Symptom))
                 && !evidence.end_of(*r).is_some_and(|e| e.succeeded())

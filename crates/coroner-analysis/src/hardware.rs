@@ -62,6 +62,13 @@ impl Identities {
         let mut by_slot: HashMap<PciSlot, Vec<Rank>> = HashMap::new();
         for (rank, ev) in &evidence.ranks {
             for e in &ev.events {
+                // A DataLoader worker the rank names (`DataLoader worker (pid 629) is killed`) is
+                // its process too: the kernel's OOM killer names the worker's pid.
+                if let EventKind::ErrorLine { message } | EventKind::Exception { message, .. } = &e.kind {
+                    if let Some(pid) = worker_pid(message) {
+                        by_pid.entry(pid).or_default().push(*rank);
+                    }
+                }
                 if let EventKind::NcclInit { pid, bus_id, .. } = &e.kind {
                     by_pid.entry(*pid).or_default().push(*rank);
                     if let Some(slot) = bus_id.as_deref().and_then(slot_of_nccl_bus_id) {
@@ -94,6 +101,15 @@ impl Identities {
     }
 }
 
+/// `DataLoader worker (pid 629)` / `DataLoader worker (pid(s) 18360)`.
+fn worker_pid(message: &str) -> Option<u32> {
+    let at = message.find("worker (pid")?;
+    let r = &message[at + "worker (pid".len()..];
+    let r = r.strip_prefix("(s)").unwrap_or(r).trim_start();
+    let n = r.bytes().take_while(u8::is_ascii_digit).count();
+    r[..n].parse().ok()
+}
+
 /// Every hardware line the evidence holds, with the rank it belongs to where one can be named.
 fn attributed(evidence: &JobEvidence) -> Vec<(Rank, &Event)> {
     let ids = Identities::new(evidence);
@@ -104,6 +120,23 @@ fn attributed(evidence: &JobEvidence) -> Vec<(Rank, &Event)> {
         .chain(unowned)
         .filter_map(|e| e.rank.or_else(|| ids.rank_of(e)).map(|r| (r, e)))
         .collect()
+}
+
+/// Hardware roots no rank can be named for (a kernel log given alone, an Xid on a GPU no line of
+/// the job names), earliest first: when nothing else failed, they are the failure, rank unknown.
+pub fn unattributed<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet) -> Vec<(&'a Event, crate::rules::Verdict<'a>)> {
+    let ids = Identities::new(evidence);
+    let unowned = evidence.unowned.iter().filter(|e| matches!(e.kind, EventKind::Xid { .. } | EventKind::OomKill { .. }));
+    let mut out: Vec<(&Event, crate::rules::Verdict<'_>)> = evidence
+        .hardware
+        .iter()
+        .chain(unowned)
+        .filter(|e| e.rank.is_none() && ids.rank_of(e).is_none())
+        .map(|e| (e, rules.classify(e)))
+        .filter(|(_, v)| v.role == Role::Root && v.class().is_some())
+        .collect();
+    out.sort_by_key(|(e, _)| (e.printed_ns.unwrap_or(e.capture_ns), e.line.seq));
+    out
 }
 
 /// Joins hardware lines to the ranks' root findings: a hardware root sharpens a finding it
@@ -145,6 +178,7 @@ pub fn merge<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &ClockMod
                     aligned_ns: clock.aligned(Some(rank), host_ns),
                     events: vec![e],
                     from_end: None,
+                    undated: false,
                 });
             }
         }

@@ -5,6 +5,7 @@
 //! read collective progress ([`progress`]), find each rank's first-hand failure, decide the first
 //! failing rank (or the stuck one, or the deviating one), and write the [`Report`].
 
+mod cancel;
 mod cascade;
 pub mod causality;
 mod classified;
@@ -17,12 +18,17 @@ mod hang;
 mod hardware;
 pub mod history;
 pub mod live;
+mod majority;
+#[cfg(test)]
+mod mechanism_tests;
 mod mismatch;
 mod pace;
+mod partial;
 pub mod progress;
 mod report;
 pub mod rules;
 pub mod signature;
+mod stall;
 pub mod steps;
 pub mod text;
 

@@ -35,12 +35,8 @@ pub fn build(
         notes.push(note);
     }
     for other in &diagnosis.other_roots {
-        notes.push(format!(
-            "rank {} also failed on its own ({}) at {}",
-            other.rank,
-            other.class,
-            format_rfc3339_ns(other.aligned_ns)
-        ));
+        let when = if other.undated { "at a time no line gives".to_string() } else { format!("at {}", format_rfc3339_ns(other.aligned_ns)) };
+        notes.push(format!("rank {} also failed on its own ({}) {when}", other.rank, other.class));
     }
     notes.extend(pace::slowdown_note(evidence));
     if let Some(m) = diagnosis.first.as_ref().and_then(|f| f.rank).and_then(|r| gpu_memory::summary(evidence, clock, r)) {
@@ -49,6 +45,30 @@ pub fn build(
     let culprit = diagnosis.first.as_ref().and_then(|f| f.rank);
     let culprit_ns = diagnosis.first.as_ref().and_then(|f| f.aligned_ns);
     let mut cascade = cascade::build(evidence, job, rules, clock, progress, culprit, culprit_ns);
+    // A process of unknown rank is named in words, never as a number.
+    cascade.retain(|c| !c.rank.is_unknown());
+    for c in &mut cascade {
+        c.caused_by = c.caused_by.and_then(Rank::known);
+    }
+    notes.extend(unknown_processes(evidence, job, culprit));
+    // Hardware lines no rank could be joined to, when they did not become the answer themselves.
+    let shown: Vec<&Event> = diagnosis.first.as_ref().map(|f| f.events.clone()).unwrap_or_default();
+    for (e, v) in crate::hardware::unattributed(evidence, rules).into_iter().filter(|(e, _)| !shown.iter().any(|s| std::ptr::eq(*s, *e))).take(3) {
+        notes.push(format!(
+            "a kernel or driver line names a process or GPU no line of the job does ({}): {}; if that process ran this job, it may explain the failure",
+            v.class().map(|c| c.to_string()).unwrap_or_default(),
+            e.text.chars().take(200).collect::<String>()
+        ));
+    }
+    let missing = crate::partial::missing(evidence);
+    if !missing.is_empty() {
+        notes.push(format!(
+            "no log of rank{} {} (world size {}): a failure that started there is not seen, so the first failure named is the first among the ranks whose logs are here",
+            if missing.len() == 1 { "" } else { "s" },
+            crate::hang::join(&missing),
+            evidence.world_size.unwrap_or(0)
+        ));
+    }
     if cascade.len() > MAX_CASCADE {
         notes.push(format!("{} more ranks in the cascade are not listed", cascade.len() - MAX_CASCADE));
         cascade.truncate(MAX_CASCADE);
@@ -68,7 +88,7 @@ pub fn build(
         verdict: diagnosis.verdict,
         first_failure,
         cascade,
-        collectives: progress.rows(),
+        collectives: progress.rows().into_iter().filter(|r| !r.rank.is_unknown()).collect(),
         ranks: rank_summaries(evidence, job, rules, clock, culprit),
         advice,
         snapshots: evidence.snapshots.clone(),
@@ -94,11 +114,16 @@ fn first_failure(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockM
     // Then how the others learned of it: each other rank's first symptom, a few of them.
     for (rank, _) in job.ranks.iter().filter(|(r, _)| Some(**r) != f.rank).take(4) {
         if let Some(s) = job.first_symptom(*rank) {
-            lines.push(evidence_line(clock, s.event));
+            if !f.events.iter().any(|e| std::ptr::eq(*e, s.event)) {
+                lines.push(evidence_line(clock, s.event));
+            }
         }
     }
+    for l in &mut lines {
+        l.rank = l.rank.and_then(Rank::known);
+    }
     FirstFailure {
-        rank: f.rank,
+        rank: f.rank.and_then(Rank::known),
         class: f.class,
         time: f.aligned_ns.map(format_rfc3339_ns),
         host: f.rank.and_then(|r| host_of(evidence, r)),
@@ -106,7 +131,7 @@ fn first_failure(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockM
         summary: f.summary.clone(),
         rule: f.rule_id.clone(),
         evidence: lines,
-        candidates: if f.rank.is_some() { Vec::new() } else { f.candidates.clone() },
+        candidates: if f.rank.is_some() { Vec::new() } else { f.candidates.iter().copied().filter_map(Rank::known).collect() },
     }
 }
 
@@ -126,6 +151,28 @@ fn unexplained_failure(evidence: &JobEvidence) -> FirstFailure {
         evidence: Vec::new(),
         candidates: failed,
     }
+}
+
+/// One note per process of unknown rank: where its lines came from and what it did.
+fn unknown_processes(evidence: &JobEvidence, job: &ClassifiedJob<'_>, culprit: Option<Rank>) -> Vec<String> {
+    evidence
+        .ranks
+        .iter()
+        .filter(|(r, _)| r.is_unknown())
+        .map(|(rank, ev)| {
+            let source = evidence.unknown_sources.get(rank).map(String::as_str).unwrap_or("a log");
+            let role = if Some(*rank) == culprit {
+                "failed first"
+            } else if job.with_role(*rank, Role::Root).next().is_some() {
+                "failed"
+            } else if job.with_role(*rank, Role::Symptom).next().is_some() {
+                "a victim"
+            } else {
+                "no failure of its own"
+            };
+            format!("a process of unknown rank ({source}, {} lines): {role}", ev.lines)
+        })
+        .collect()
 }
 
 fn evidence_line(clock: &ClockModel, e: &Event) -> EvidenceLine {
@@ -159,6 +206,7 @@ fn rank_summaries(
     evidence
         .all_ranks()
         .into_iter()
+        .filter(|r| !r.is_unknown())
         .map(|rank| {
             let ev = evidence.ranks.get(&rank);
             let last_step = ev.and_then(|ev| ev.max_step());

@@ -11,26 +11,27 @@ pub fn render(report: &Report) -> String {
 
 fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
     match (&r.verdict, &r.first_failure) {
-        (Verdict::Succeeded, _) => writeln!(out, "SUCCEEDED: job {} - every rank exited cleanly", r.job_id)?,
+        (Verdict::Succeeded, _) if !r.ranks.is_empty() && r.ranks.iter().all(|k| k.ended.as_deref() == Some("exited 0")) => {
+            writeln!(out, "SUCCEEDED: job {} - every rank exited cleanly", r.job_id)?
+        }
+        (Verdict::Succeeded, _) => writeln!(out, "SUCCEEDED: job {} - no line reports a failure (how the processes ended is not in these logs)", r.job_id)?,
+        (v, Some(f)) if f.rank.is_none() && f.rule.as_deref() == Some("stopped-from-outside") => {
+            writeln!(out, "{}: job {} - stopped from outside, no rank failed first: {} (confidence {:.2})", v.as_str().to_uppercase(), r.job_id, f.class, f.confidence)?;
+            write_first(out, f)?;
+        }
+        (v, Some(f)) if f.rank.is_none() && f.summary.starts_with("the culprit is not in these logs") => {
+            writeln!(out, "{}: job {} - the culprit is not in these logs: {} (confidence {:.2})", v.as_str().to_uppercase(), r.job_id, f.class, f.confidence)?;
+            write_first(out, f)?;
+        }
         (v, Some(f)) => {
             let who = match f.rank {
                 Some(rank) => format!("rank {rank}"),
+                None if f.candidates.is_empty() => "a process of unknown rank".to_string(),
                 None => format!("rank unknown (candidates: {})", join(&f.candidates)),
             };
             let host = f.host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
             writeln!(out, "{}: job {} - {who}{host} failed first: {} (confidence {:.2})", v.as_str().to_uppercase(), r.job_id, f.class, f.confidence)?;
-            writeln!(out)?;
-            writeln!(out, "  {}", f.summary)?;
-            if let Some(t) = &f.time {
-                writeln!(out, "  at {t} (aligned clock)")?;
-            }
-            if !f.evidence.is_empty() {
-                writeln!(out, "\nEvidence:")?;
-                for e in &f.evidence {
-                    let rank = e.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
-                    writeln!(out, "  [{}] rank {rank} {}: {}", e.time, e.stream, e.line)?;
-                }
-            }
+            write_first(out, f)?;
         }
         (v, None) => writeln!(out, "{}: job {} - no failure found", v.as_str().to_uppercase(), r.job_id)?,
     }
@@ -52,7 +53,9 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
                 c.pending.as_ref().map(|p| format!(", waiting in {p}")).unwrap_or_default())?;
         }
     }
-    writeln!(out, "\nRanks:")?;
+    if !r.ranks.is_empty() {
+        writeln!(out, "\nRanks:")?;
+    }
     for rk in &r.ranks {
         let clock = if rk.clock.uncertainty_ns < 0 {
             "clock unknown".to_string()
@@ -81,6 +84,22 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         writeln!(out, "\nNotes:")?;
         for n in &r.notes {
             writeln!(out, "  - {n}")?;
+        }
+    }
+    Ok(())
+}
+
+fn write_first(out: &mut String, f: &coroner_model::FirstFailure) -> std::fmt::Result {
+    writeln!(out)?;
+    writeln!(out, "  {}", f.summary)?;
+    if let Some(t) = &f.time {
+        writeln!(out, "  at {t} (aligned clock)")?;
+    }
+    if !f.evidence.is_empty() {
+        writeln!(out, "\nEvidence:")?;
+        for e in &f.evidence {
+            let rank = e.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
+            writeln!(out, "  [{}] rank {rank} {}: {}", e.time, e.stream, e.line)?;
         }
     }
     Ok(())

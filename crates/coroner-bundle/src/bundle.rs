@@ -28,6 +28,12 @@ const NOT_INPUTS: &[&str] = &["truth.json", "fr_trace_analysis.txt", "fr_trace_e
 pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary, BundleError> {
     let mut summary = LoadSummary::default();
     for path in paths {
+        if path.as_os_str() == "-" {
+            summary.scope = Scope::anything();
+            sink.plain_logs();
+            load_stdin(sink, &mut summary)?;
+            continue;
+        }
         let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => BundleError::Missing { path: path.clone() },
             _ => BundleError::Io { path: path.clone(), source: e },
@@ -37,9 +43,11 @@ pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary,
             if is_bundle(path) {
                 load_bundle(path, sink, &mut summary)?;
             } else {
+                sink.plain_logs();
                 load_folder(path, sink, &mut summary, 0)?;
             }
         } else {
+            sink.plain_logs();
             summary.scope = Scope::anything();
             load_log_file(path, None, sink, &mut summary);
         }
@@ -308,24 +316,58 @@ fn load_folder(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary, depth
     Ok(())
 }
 
+/// `-`: one log read from standard input (a pasted traceback, `kubectl logs ... | coroner analyze -`).
+fn load_stdin(sink: &mut dyn Sink, summary: &mut LoadSummary) -> Result<(), BundleError> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut bytes)
+        .map_err(|e| BundleError::Io { path: PathBuf::from("-"), source: e })?;
+    summary.files += 1;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as Nanos)
+        .unwrap_or(0);
+    load_log_bytes("standard input", &bytes, None, Stream::File, now, sink, summary);
+    Ok(())
+}
+
 /// One plain log file. Its rank and stream come from `known`, else from its name; without a rank
 /// in the name it is a combined log whose lines are filed by their prefixes.
 fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, sink: &mut dyn Sink, summary: &mut LoadSummary) {
     let Some(bytes) = read(path, summary) else { return };
-    if bytes.is_empty() {
-        summary.warnings.push(format!("{} is empty", path.display()));
-        return;
-    }
-    if !looks_like_text(&bytes[..bytes.len().min(8192)]) {
-        summary.warnings.push(format!("skipped {}: not a text log", path.display()));
-        return;
-    }
     let (rank, stream) = match known {
         Some((r, s)) => (Some(r), s),
         None => (rank_from_name(path), stream_from_name(path)),
     };
-    let lines = split_log(&bytes, rank, stream, mtime_ns(path));
-    push_all(sink, lines, summary);
+    let name = summary.scope.relative(path);
+    load_log_bytes(&name, &bytes, rank, stream, mtime_ns(path), sink, summary);
+}
+
+/// A plain log's bytes, read by whatever opened it.
+fn load_log_bytes(name: &str, bytes: &[u8], rank: Option<Rank>, stream: Stream, fallback_ns: Nanos, sink: &mut dyn Sink, summary: &mut LoadSummary) {
+    if bytes.is_empty() {
+        summary.warnings.push(format!("{name} is empty"));
+        return;
+    }
+    if !looks_like_text(&bytes[..bytes.len().min(8192)]) {
+        summary.warnings.push(format!("skipped {name}: not a text log"));
+        return;
+    }
+    let lines = split_log(bytes, rank, stream, fallback_ns);
+    let dated = |l: &LogLine| {
+        let rest = coroner_parse::prefix::split_rank_prefix(&l.bytes).rest(&l.bytes);
+        coroner_parse::time::printed_time(&String::from_utf8_lossy(&rest[..rest.len().min(256)]), fallback_ns).is_some()
+    };
+    if !bytes.is_empty() && !lines.iter().any(dated) {
+        summary.warnings.push(format!("{name}: no line carries a time of its own, so its times in the report are when the file was last written (or read), not when it happened"));
+    }
+    if rank.is_some() {
+        push_all(sink, lines, summary);
+    } else {
+        summary.lines += lines.len() as u64;
+        sink.log(name, lines);
+    }
 }
 
 /// `rank3.log`, `rank-3.err`, `worker_rank_3.out`, `node1-rank12.txt`: the number after "rank".

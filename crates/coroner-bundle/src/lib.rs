@@ -4,12 +4,14 @@
 //! Reading is forgiving: a file it cannot use becomes a warning and the rest is still read. Only
 //! a path that does not exist, or input with no lines at all, is an error.
 
+mod analyze;
 mod bundle;
 mod lines;
 mod logfile;
 pub mod snapshots;
 mod walk;
 
+pub use analyze::{analyze, Analysis};
 pub use bundle::{load_paths, rank_from_name, LoadSummary};
 
 use coroner_model::{LogLine, ProcessEnd, SnapshotSummary};
@@ -19,6 +21,13 @@ use std::path::Path;
 /// Where loaded evidence goes: the pipeline (offline analysis) or a server (import).
 pub trait Sink {
     fn line(&mut self, line: LogLine);
+    /// A whole log no session or file name owns (one `train.log`, `dmesg`, standard input),
+    /// named `source`; by default its lines are given one by one, filed by their prefixes.
+    fn log(&mut self, _source: &str, lines: Vec<LogLine>) {
+        for l in lines {
+            self.line(l);
+        }
+    }
     fn end(&mut self, end: ProcessEnd);
     fn world_size(&mut self, n: u32);
     /// A snapshot file, found in `bundle_dir` under `summary.name`.
@@ -29,6 +38,8 @@ pub trait Sink {
     /// Hardware lines a snapshot showed (see `coroner_snapshot::Facts::hardware`).
     fn hardware(&mut self, _rank: Option<coroner_model::Rank>, _lines: Vec<(coroner_model::EventKind, String)>) {}
     fn note(&mut self, note: String);
+    /// The input is plain logs, not a capture bundle: nothing but the lines tells how processes ended.
+    fn plain_logs(&mut self) {}
     /// A per-node launcher's own exit status (`launcher.exit.json`).
     fn launcher_end(&mut self, _exit_code: Option<i32>) {}
     fn finished(&mut self);
@@ -37,6 +48,9 @@ pub trait Sink {
 impl Sink for JobPipeline {
     fn line(&mut self, line: LogLine) {
         self.push_line(line);
+    }
+    fn log(&mut self, source: &str, lines: Vec<LogLine>) {
+        self.push_log(source, lines);
     }
     fn end(&mut self, end: ProcessEnd) {
         self.add_end(end);
@@ -55,6 +69,9 @@ impl Sink for JobPipeline {
     }
     fn note(&mut self, note: String) {
         self.add_note(note);
+    }
+    fn plain_logs(&mut self) {
+        self.set_plain_logs();
     }
     fn launcher_end(&mut self, exit_code: Option<i32>) {
         self.add_launcher_end(exit_code, None);

@@ -31,7 +31,9 @@ pub fn split_log(bytes: &[u8], rank: Option<Rank>, stream: Stream, fallback_ns: 
     let printed: Vec<Option<Nanos>> = raw_lines
         .iter()
         .map(|l| {
-            let head = &l[..l.len().min(256)];
+            // The time a line prints comes after any launcher prefix (`[rank3]:[E1229 10:00:01...`).
+            let rest = coroner_parse::prefix::split_rank_prefix(l).rest(l);
+            let head = &rest[..rest.len().min(256)];
             printed_time(&String::from_utf8_lossy(head), fallback_ns)
         })
         .collect();
@@ -64,6 +66,12 @@ mod tests {
         assert_eq!(lines[0].capture_ns, lines[1].capture_ns);
         assert!(lines[2].capture_ns > lines[1].capture_ns);
         assert_eq!(lines[1].bytes, b"no time here");
+    }
+
+    #[test]
+    fn a_prefixed_lines_own_time_is_read_after_its_prefix() {
+        let lines = split_log(b"[rank3]:[E1229 10:00:01.000000000 ProcessGroupNCCL.cpp:616] x\n", Some(Rank(3)), Stream::Stderr, 1_790_000_000_000_000_000);
+        assert_ne!(lines[0].capture_ns, 1_790_000_000_000_000_000, "the glog time is read");
     }
 
     #[test]

@@ -32,6 +32,15 @@ impl Scope {
         Scope { root: None }
     }
 
+    /// How the report names a file: its path inside the folder being read, else its file name.
+    pub fn relative(&self, path: &Path) -> String {
+        let inside = self.root.as_ref().and_then(|root| path.canonicalize().ok()?.strip_prefix(root).ok().map(Path::to_path_buf));
+        match inside {
+            Some(p) if !p.as_os_str().is_empty() => p.display().to_string(),
+            _ => path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string()),
+        }
+    }
+
     pub fn classify(&self, path: &Path) -> Entry {
         let meta = match std::fs::symlink_metadata(path) {
             Ok(m) => m,

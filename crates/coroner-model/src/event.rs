@@ -149,6 +149,16 @@ pub enum EventKind {
     OomKill { pid: Option<u32>, process: Option<String> },
     /// A job scheduler says the step or task ended (Slurm's `task N: Killed`, a time limit).
     SchedulerEnd { message: String },
+    /// NCCL's trace of one collective a process issued (`NCCL_DEBUG=INFO`, subsystem COLL):
+    /// `Broadcast: opCount 0 sendbuff .. count 25503912 datatype 6 op 0 root 0 comm 0x.. [nranks=8]`.
+    /// Only each process's last few are kept (they say what it was doing when it stopped).
+    NcclCollective { host: String, pid: u32, op: String, op_count: u64, count: u64, datatype: u32, nranks: Option<u32> },
+    /// Horovod's stall inspector: an op some ranks submitted (`ready`) and others did not
+    /// (`missing`); either list may be all that was printed.
+    Stall { op: String, ready: Vec<Rank>, missing: Vec<Rank> },
+    /// The run's numbers stopped being finite (a collapsed fp16 loss scale, NaN loss or grad norm
+    /// on consecutive progress lines): nothing crashed, but training has diverged.
+    Divergence { message: String },
     /// A warning that matters to a person but not to the verdict.
     Warning { message: String },
     /// The agent's periodic sample of a GPU's memory and utilisation.
@@ -181,6 +191,9 @@ impl EventKind {
             EventKind::Xid { .. } => "xid",
             EventKind::OomKill { .. } => "oom_kill",
             EventKind::SchedulerEnd { .. } => "scheduler_end",
+            EventKind::Divergence { .. } => "divergence",
+            EventKind::Stall { .. } => "stall",
+            EventKind::NcclCollective { .. } => "nccl_collective",
             EventKind::Warning { .. } => "warning",
             EventKind::GpuSample(_) => "gpu_sample",
         }
@@ -198,6 +211,7 @@ impl EventKind {
                 | EventKind::StoreError { .. }
                 | EventKind::SchedulerEnd { .. }
                 | EventKind::Warning { .. }
+                | EventKind::Divergence { .. }
                 | EventKind::Xid { .. }
                 | EventKind::FatalSignal { .. }
         )
@@ -207,12 +221,15 @@ impl EventKind {
     pub fn message(&self) -> String {
         match self {
             EventKind::Exception { exc_type, message, .. } => format!("{exc_type}: {message}"),
+            // The code first, so that rules can match NCCL's result name whatever the wording.
+            EventKind::NcclError { code: Some(code), message } if !message.contains(code.as_str()) => format!("{code}: {message}"),
             EventKind::ErrorLine { message }
             | EventKind::NcclError { message, .. }
             | EventKind::NcclWarn { message }
             | EventKind::StoreError { message }
             | EventKind::SchedulerEnd { message }
             | EventKind::Warning { message }
+            | EventKind::Divergence { message }
             | EventKind::Xid { message, .. } => message.clone(),
             EventKind::FatalSignal { what, .. } => what.clone(),
             _ => String::new(),

@@ -67,9 +67,35 @@ pub struct Rank(pub u32);
 /// billion) must not be believed.
 pub const MAX_WORLD_SIZE: u32 = 1 << 20;
 
+/// The first of the ranks that stand for a process whose rank no line tells (one `train.log`
+/// from the field, a pasted traceback): far above [`MAX_WORLD_SIZE`], so never a real rank.
+const FIRST_UNKNOWN: u32 = u32::MAX - 4095;
+
+impl Rank {
+    /// The `i`-th process of unknown rank (one per log that does not say whose it is). The
+    /// analysis reasons about it like any rank; the report never shows it as a number.
+    pub fn unknown(i: u32) -> Rank {
+        Rank(FIRST_UNKNOWN.saturating_add(i.min(4095)))
+    }
+
+    /// Whether this stands for a process of unknown rank rather than a real rank.
+    pub fn is_unknown(self) -> bool {
+        self.0 >= FIRST_UNKNOWN
+    }
+
+    /// The rank for a report: `None` for a process of unknown rank.
+    pub fn known(self) -> Option<Rank> {
+        (!self.is_unknown()).then_some(self)
+    }
+}
+
 impl fmt::Display for Rank {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        match self.0.checked_sub(FIRST_UNKNOWN) {
+            Some(0) => f.write_str("unknown"),
+            Some(i) => write!(f, "unknown #{}", i + 1),
+            None => write!(f, "{}", self.0),
+        }
     }
 }
 
@@ -115,6 +141,15 @@ impl fmt::Display for PgId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_of_unknown_processes_are_never_real_ranks_and_print_as_unknown() {
+        assert!(Rank::unknown(0).is_unknown() && Rank::unknown(4095).is_unknown());
+        assert!(!Rank(MAX_WORLD_SIZE).is_unknown());
+        assert_eq!(Rank::unknown(0).to_string(), "unknown");
+        assert_eq!(Rank::unknown(1).to_string(), "unknown #2");
+        assert_eq!((Rank(3).known(), Rank::unknown(2).known()), (Some(Rank(3)), None));
+    }
 
     #[test]
     fn job_ids_are_restricted_to_a_path_safe_alphabet() {

@@ -113,7 +113,9 @@ fn nccl_error_code(msg: &str) -> Option<Option<String>> {
             return Some(Some(c.to_string()));
         }
     }
-    if !(msg.contains("NCCL error") || msg.contains("NCCL communicator was aborted")) {
+    // XLA: `NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled cuda error`.
+    let failed_call = msg.contains("NCCL operation nccl") && msg.contains("failed");
+    if !(msg.contains("NCCL error") || msg.contains("NCCL communicator was aborted") || failed_call) {
         return None;
     }
     let code = if msg.contains("remote process exited or there was a network error") {

@@ -36,14 +36,25 @@ pub fn pylog(t: &str) -> Option<(Level, &str)> {
     let first = *b.first()?;
     if first.is_ascii_uppercase() {
         // `LEVEL:logger:message`
-        let colon = t.get(..12)?.find(':').or_else(|| t.find(':').filter(|c| *c <= 8))?;
-        let lvl = level_of(&t[..colon])?;
-        let r = &t[colon + 1..];
-        let msg = match r.find(':') {
-            Some(c) if !r[..c].contains(' ') => &r[c + 1..],
-            _ => r,
-        };
-        return Some((lvl, msg));
+        if let Some(colon) = t.get(..12).and_then(|h| h.find(':')).or_else(|| t.find(':').filter(|c| *c <= 8)) {
+            if let Some(lvl) = level_of(&t[..colon]) {
+                let r = &t[colon + 1..];
+                let msg = match r.find(':') {
+                    Some(c) if !r[..c].contains(' ') => &r[c + 1..],
+                    _ => r,
+                };
+                return Some((lvl, msg));
+            }
+        }
+        return level_word_record(t);
+    }
+    if first == b' ' {
+        // rich's console handler (accelerate, NeMo): ` ERROR    message    api.py:673`.
+        // The level is padded to 8 columns and followed by a space.
+        let r = t.strip_prefix(' ')?;
+        let word = r.split(' ').next()?;
+        let pad = r[word.len()..].bytes().take_while(|c| *c == b' ').count();
+        return level_word_record(r).filter(|_| word.len() + pad >= 9);
     }
     let date_at = usize::from(first == b'[');
     let d = b.get(date_at..date_at + 10)?;
@@ -71,9 +82,34 @@ pub fn pylog(t: &str) -> Option<(Level, &str)> {
     None
 }
 
+/// A record that starts with its level word and a space: rich's `ERROR    message    api.py:673`
+/// (the trailing location dropped), vLLM's `ERROR 09-23 10:49:22 file.py:226] message`.
+fn level_word_record(t: &str) -> Option<(Level, &str)> {
+    let (word, rest) = t.split_once(' ')?;
+    let lvl = level_of(word)?;
+    let mut msg = rest.trim_start();
+    // vLLM: `MM-DD HH:MM:SS [file.py:N] message` or `MM-DD HH:MM:SS file.py:N] message`.
+    let mb = msg.as_bytes();
+    if mb.len() > 15 && mb[2] == b'-' && mb[5] == b' ' && mb[8] == b':' && mb[..2].iter().all(u8::is_ascii_digit) {
+        if let Some(close) = msg.find("] ").filter(|c| *c < 80) {
+            msg = &msg[close + 2..];
+        }
+    }
+    // rich: a location `file.py:123` at the end, after a run of spaces.
+    if let Some((body, loc)) = msg.trim_end().rsplit_once("  ") {
+        let loc = loc.trim();
+        let is_loc = loc.rsplit_once(':').is_some_and(|(f, n)| f.ends_with(".py") && !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()));
+        if is_loc {
+            msg = body.trim_end();
+        }
+    }
+    Some((lvl, msg))
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Act {
     Kernel,
+    NcclWarn,
     Warn,
     Error,
     C10d,
@@ -86,11 +122,19 @@ const PHRASES: &[(&str, Act)] = &[
     ("CUDA error: ", Act::Error),
     ("returned nan values", Act::Error),
     ("Tensor had NaN values", Act::Error),
+    ("Inf or NaN", Act::Error),
+    ("inf or nan", Act::Error),
+    ("Barrier timed out", Act::Error),
+    ("cluster registration failed", Act::Error),
+    ("heartbeat timeout", Act::Error),
     ("Tensor had Inf values", Act::Error),
     ("check_numerics", Act::Error),
     ("mat1 and mat2 shapes cannot be multiplied", Act::Error),
     ("must match the size of tensor", Act::Error),
     ("Error(s) in loading state_dict", Act::Error),
+    ("size mismatch for ", Act::Error),
+    ("Missing key(s) in state_dict", Act::Error),
+    ("Unexpected key(s) in state_dict", Act::Error),
     ("index out of range in self", Act::Error),
     ("indexSelectLargeIndex", Act::Error),
     ("indexSelectSmallIndex", Act::Error),
@@ -109,12 +153,21 @@ const PHRASES: &[(&str, Act)] = &[
     ("Bus error", Act::Error),
     ("Illegal instruction", Act::Error),
     ("Killed", Act::Error),
+    ("已杀死", Act::Error),
+    ("段错误", Act::Error),
+    ("核心已转储", Act::Error),
+    ("killed due to memory pressure", Act::Error),
+    ("exceeds the memory usage threshold", Act::Error),
+    ("Ray killed this worker", Act::Error),
+    ("received at time=", Act::Error),
     ("NCCL error", Act::Error),
     ("ncclRemoteError", Act::Error),
     ("ncclSystemError", Act::Error),
     ("ncclInternalError", Act::Error),
     ("ncclUnhandledCudaError", Act::Error),
     ("unhandled cuda error", Act::Error),
+    ("Unable to determine the device handle", Act::Error),
+    ("GPU is lost", Act::Error),
     ("Gradient overflow", Act::Warn),
     ("OVERFLOW!", Act::Warn),
     ("destroy_process_group() was not called", Act::Warn),
@@ -132,6 +185,7 @@ const PHRASES: &[(&str, Act)] = &[
     ("we are taking the entire process down", Act::C10d),
     ("Connection closed by peer", Act::C10d),
     ("Timed out waiting", Act::C10d),
+    (" NCCL WARN ", Act::NcclWarn),
     ("NVRM:", Act::Kernel),
     ("Killed process", Act::Kernel),
     ("oom-kill:", Act::Kernel),
@@ -169,6 +223,12 @@ fn strongest(t: &str) -> Option<Act> {
     scan(t).1
 }
 
+/// Whether a record logged below ERROR reports an error all the same: it says so ("Error
+/// reported to Coordinator", "Error recorded from training_loop") and holds a failure phrase.
+pub fn reports_an_error(msg: &str) -> bool {
+    (msg.contains("Error reported") || msg.contains("Error recorded") || msg.contains("rror:")) && has_failure_phrase(msg)
+}
+
 /// Whether a message holds a failure phrase (used to upgrade glog warnings such as Horovod's stall).
 pub fn has_failure_phrase(t: &str) -> bool {
     strongest(t) == Some(Act::Error)
@@ -189,7 +249,8 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
             .any(|s| short.ends_with(s));
         if errorish && !msg.is_empty() || (errorish && short.len() > 5 && t.trim() == ty) {
             out.push(EventKind::ErrorLine { message: t.trim_end().to_string() });
-            c10d::specific(msg, out);
+            // The type can be the telling part (`ncclSystemError: System call ... failed`).
+            c10d::specific(t, out);
             return true;
         }
         if short.ends_with("Warning") && !msg.is_empty() {
@@ -208,6 +269,11 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
             c10d::specific(t, out);
         }
         Some(Act::Warn) => out.push(EventKind::Warning { message: t.trim().to_string() }),
+        // `init.cc:1247 NCCL WARN ...` without NCCL's `host:pid:tid [dev]` header (pasted, cut).
+        Some(Act::NcclWarn) => {
+            let at = t.find(" NCCL WARN ").map_or(0, |i| i + " NCCL WARN ".len());
+            out.push(EventKind::NcclWarn { message: t[at..].trim().to_string() });
+        }
         Some(Act::Kernel) | None => {}
     }
     out.len() > before
@@ -227,7 +293,12 @@ mod tests {
             ("2026-11-30 08:58:51,398 - trainer - WARNING - slow", Some((Level::Warning, "slow"))),
             ("ERROR:root:something broke", Some((Level::Error, "something broke"))),
             ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1)", Some((Level::Error, "failed (exitcode: 1)"))),
+            (" ERROR    failed (exitcode: -9) local_rank: 5 (pid: 22) of  api.py:673", Some((Level::Error, "failed (exitcode: -9) local_rank: 5 (pid: 22) of"))),
+            (" WARNING  Sending process 14 closing signal SIGTERM         api.py:699", Some((Level::Warning, "Sending process 14 closing signal SIGTERM"))),
+            ("ERROR 09-23 10:49:22 multiproc_worker_utils.py:226] Exception in worker VllmWorkerProcess while processing method", Some((Level::Error, "Exception in worker VllmWorkerProcess while processing method"))),
+            ("INFO 04-06 00:55:21 [llm_engine.py:447] init engine", Some((Level::Info, "init engine"))),
             ("RuntimeError: x", None),
+            ("   INFO is not a record", None),
             ("2026-11-30 08:58:51,398 Something Else", None),
         ];
         for (t, want) in cases {

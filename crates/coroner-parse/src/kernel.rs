@@ -59,9 +59,54 @@ pub fn classify(t: &str, out: &mut Vec<EventKind>) -> bool {
     false
 }
 
+/// Whether a line has the shape of a kernel log line: a dmesg header (`[ 4521.110] `,
+/// `[  +0.000005] `, `dmesg -T`'s `[Fri Jan 29 23:42:34 2021] `), a syslog or `journalctl -k`
+/// header naming `kernel:`, or a driver tag (`NVRM:`) at its start. What decides that a whole file
+/// is a kernel log (`dmesg > dmesg.txt`) rather than a process's output.
+pub fn looks_like_kernel_line(t: &str) -> bool {
+    let t = t.trim_start();
+    // Kernel messages pasted without their header.
+    const BARE: [&str; 8] = ["NVRM:", "kernel:", "Out of memory: Kill", "Memory cgroup out of memory", "oom-kill:", "oom_reaper:", "Killed process ", "pcieport "];
+    if BARE.iter().any(|b| t.starts_with(b)) {
+        return true;
+    }
+    if let Some(r) = t.strip_prefix('[') {
+        let Some(close) = r.find(']').filter(|c| *c <= 40) else { return false };
+        let inner = r[..close].trim();
+        let relative = inner.strip_prefix('+').unwrap_or(inner);
+        let uptime = relative.split_once('.').is_some_and(|(a, b)| {
+            !a.is_empty() && a.bytes().all(|c| c.is_ascii_digit()) && !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit())
+        });
+        const DAYS: [&str; 7] = ["Mon ", "Tue ", "Wed ", "Thu ", "Fri ", "Sat ", "Sun "];
+        let human = DAYS.iter().any(|d| inner.starts_with(d)) && inner.bytes().filter(|c| *c == b':').count() == 2;
+        return uptime || human;
+    }
+    // `Nov 30 08:58:51 gpu7 kernel: ...` (syslog, journalctl -k)
+    let mut words = t.split_ascii_whitespace();
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    words.next().is_some_and(|m| MONTHS.contains(&m)) && words.take(4).any(|w| w == "kernel:")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_line_shapes() {
+        for t in [
+            "[ 4521.110] oom-kill:constraint=CONSTRAINT_NONE",
+            "[  +0.000005] pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected",
+            "[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641",
+            "Nov 30 08:58:51 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error",
+            "NVRM: GPU at PCI:0000:3b:00: GPU-0e8f",
+            "Memory cgroup out of memory: Killed process 629 (python) total-vm:14119556kB",
+        ] {
+            assert!(looks_like_kernel_line(t), "{t}");
+        }
+        for t in ["[rank0]: Traceback", "[2026-11-30 08:58:51,398] INFO x", "2026-11-30 08:58:51 kernel: x", "[E ProcessGroupNCCL.cpp:587] x", "Traceback (most recent call last):"] {
+            assert!(!looks_like_kernel_line(t), "{t}");
+        }
+    }
 
     fn one(t: &str) -> Option<EventKind> {
         let mut out = Vec::new();

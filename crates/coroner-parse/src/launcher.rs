@@ -36,17 +36,146 @@ pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
     false
 }
 
+/// What Kubernetes says about a pod it stopped (`kubectl describe`, `kubectl get pods`, events):
+/// `Reason:         Evicted`, `Reason:       OOMKilled`, `The node was low on resource: memory.`,
+/// a pods table row with status `Evicted` or `OOMKilled`, `Exit Code:    137`. One
+/// `SchedulerEnd` per line that says so.
+pub fn kubernetes(t: &str) -> Option<EventKind> {
+    let tt = t.trim();
+    let field = |key: &str| tt.strip_prefix(key).map(str::trim);
+    let said = match field("Reason:") {
+        Some("Evicted") | Some("OOMKilled") | Some("Preempted") | Some("DeadlineExceeded") => true,
+        _ => {
+            tt.contains("The node was low on resource")
+                || field("Exit Code:").is_some_and(|c| c == "137" || c == "143")
+                || tt.split_whitespace().nth(2).is_some_and(|status| status == "Evicted" || status == "OOMKilled")
+                    && tt.split_whitespace().nth(1).is_some_and(|ready| ready.contains('/'))
+        }
+    };
+    said.then(|| EventKind::SchedulerEnd { message: format!("kubernetes: {tt}") })
+}
+
+/// Other launchers' one-line reports of a worker's end, wherever they sit in a line:
+/// - DeepSpeed: `[launch.py:434:sigkill_handler] ['python', '-u', 'main.py', '--local_rank=0', ...] exits with return code = -9`;
+/// - `torch.distributed.launch`: `subprocess.CalledProcessError: Command '[... '--local_rank=7' ...]' died with <Signals.SIGSEGV: 11>.`
+///   (or `returned non-zero exit status 1.`), only when the command was a training worker (it
+///   names a `--local_rank`);
+/// - Open MPI: `mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed).`;
+/// - TGI: `Shard process was signaled to shutdown with signal 4 rank=0`.
+pub fn worker_end(t: &str) -> Option<EventKind> {
+    let failure = |global: Option<u64>, local: Option<u64>, code: Option<i64>, signal: Option<i64>, pid: Option<u64>| {
+        let (exit_code, sig) = split_code(code.and_then(|c| i32::try_from(c).ok()));
+        EventKind::LauncherWorkerFailed(LauncherFailure {
+            global_rank: global.and_then(|v| u32::try_from(v).ok()).map(Rank),
+            local_rank: local.and_then(|v| u32::try_from(v).ok()),
+            exit_code,
+            signal: signal.and_then(|s| i32::try_from(s).ok()).or(sig),
+            pid: pid.and_then(|v| u32::try_from(v).ok()),
+            host: None,
+            root_cause_row: false,
+        })
+    };
+    let local_rank = || num_after(t, "--local_rank=").or_else(|| num_after(t, "--local-rank="));
+    if let Some(at) = t.find("exits with return code =") {
+        return Some(failure(None, local_rank(), inum_after(&t[at..], "exits with return code ="), None, None));
+    }
+    if t.contains("CalledProcessError") && local_rank().is_some() {
+        if let Some(at) = t.find("died with <Signals.") {
+            return Some(failure(None, local_rank(), None, num_after(&t[at..], ":").map(|v| v as i64), None));
+        }
+        if let Some(at) = t.find("returned non-zero exit status") {
+            return Some(failure(None, local_rank(), inum_after(&t[at..], "exit status"), None, None));
+        }
+    }
+    if let Some(at) = t.find("noticed that process rank ") {
+        let r = &t[at..];
+        let rank = num_after(r, "process rank ");
+        let pid = num_after(r, "with PID ");
+        let signal = num_after(r, "exited on signal ").map(|v| v as i64);
+        let code = inum_after(r, "exited with status");
+        return Some(failure(rank, None, code, signal, pid));
+    }
+    // A failure table row collapsed onto one line (pasted, re-typed):
+    // `rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>`.
+    if let Some(at) = t.find("exitcode") {
+        let head = &t[..at];
+        let rank = head.find("rank").and_then(|r| leading_u64(head[r + 4..].trim_start_matches([' ', ':'])));
+        let local = num_after(head, "local rank:").or_else(|| num_after(head, "local_rank:"));
+        if rank.is_some() {
+            let code = inum_after(&t[at..], "exitcode").or_else(|| t[at + 8..].trim_start_matches([' ', ':']).parse::<i64>().ok());
+            let code = code.or_else(|| leading_i64(t[at + 8..].trim_start_matches([' ', ':'])));
+            return Some(failure(rank, local, code, None, num_after(&t[at..], "(pid:")));
+        }
+    }
+    if let Some(at) = t.find("signaled to shutdown with signal ") {
+        let r = &t[at..];
+        return Some(failure(num_after(r, "rank="), None, None, num_after(r, "with signal ").map(|v| v as i64), None));
+    }
+    None
+}
+
+/// The "first process to exit" report of Open MPI and Horovod's own runner: `... exited with
+/// non-zero status, thus causing the job to be terminated. The first process to do so was:`,
+/// then `Process name: [[5353,1],1]` (or `Process name: 1`) and `Exit code: 1` on lines of their own.
+#[derive(Debug, Clone, Default)]
+pub struct FirstToExit {
+    /// Lines left to look for the two fields after the marker (0: not armed).
+    armed: u8,
+    rank: Option<u32>,
+    code: Option<i32>,
+}
+
+impl FirstToExit {
+    /// Reads one line; pushes the worker's end when both fields were seen.
+    pub fn observe(&mut self, t: &str, out: &mut Vec<EventKind>) {
+        if t.contains("The first process to do so was") {
+            *self = FirstToExit { armed: 8, ..Default::default() };
+            return;
+        }
+        if self.armed == 0 {
+            return;
+        }
+        self.armed -= 1;
+        let t = t.trim();
+        if let Some(v) = t.strip_prefix("Process name:") {
+            // `[[5353,1],1]`: the last number is the rank.
+            let digits: String = v.trim().trim_end_matches(']').rsplit([',', '[']).next().unwrap_or("").trim().to_string();
+            self.rank = digits.parse().ok();
+        } else if let Some(v) = t.strip_prefix("Exit code:") {
+            self.code = v.trim().parse().ok();
+        }
+        if let (Some(rank), Some(code)) = (self.rank, self.code) {
+            self.armed = 0;
+            let (exit_code, signal) = split_code(Some(code));
+            out.push(EventKind::LauncherWorkerFailed(LauncherFailure {
+                global_rank: Some(Rank(rank)),
+                local_rank: None,
+                exit_code,
+                signal,
+                pid: None,
+                host: None,
+                root_cause_row: true,
+            }));
+        }
+    }
+}
+
 /// A negative exit code from torchrun is `-signal`.
 fn split_code(code: Option<i32>) -> (Option<i32>, Option<i32>) {
     match code {
         Some(c) if c < 0 => (None, Some(-c)),
+        // A shell's or MPI's 128+N for a death by signal N.
+        Some(c) if (129..=159).contains(&c) => (None, Some(c - 128)),
         other => (other, None),
     }
 }
 
 /// Slurm's own lines; `None` when the line is not one.
 pub fn slurm(t: &str) -> Option<EventKind> {
-    let is_srun = t.starts_with("srun: error:") || t.starts_with("srun: Job step aborted") || t.starts_with("srun: forcing job termination");
+    let is_srun = t.starts_with("srun: error:")
+        || t.starts_with("srun: Job step aborted")
+        || t.starts_with("srun: forcing job termination")
+        || t.starts_with("srun: Force Terminated");
     let is_stepd = t.starts_with("slurmstepd: error:") && t.contains("***");
     let banner = (t.starts_with("*** JOB ") || t.starts_with("*** STEP ")) && t.contains("CANCELLED");
     if t.starts_with("slurmstepd: error:") && t.contains("oom_kill event") {
@@ -203,6 +332,57 @@ mod tests {
         assert_eq!(out[1], EventKind::LauncherSignal { pid: Some(3190), signal: "SIGTERM".into() });
         assert!(matches!(&out[2], EventKind::LauncherWorkerFailed(f) if f.signal == Some(9) && f.exit_code.is_none()));
         assert!(!classify_body("Setting OMP_NUM_THREADS environment variable", &mut out));
+    }
+
+    #[test]
+    fn other_launchers_report_their_workers_ends() {
+        let one = |t: &str| match worker_end(t) {
+            Some(EventKind::LauncherWorkerFailed(f)) => (f.global_rank.map(|r| r.0), f.local_rank, f.exit_code, f.signal),
+            other => panic!("{t}: {other:?}"),
+        };
+        assert_eq!(one("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', '--local_rank=0', '--data_path', 'x'] exits with return code = -9"), (None, Some(0), None, Some(9)));
+        assert_eq!(one("[ERROR] [launch.py:324:sigkill_handler] ['python', '-u', 'clm.py', '--local_rank=1'] exits with return code = 1"), (None, Some(1), Some(1), None));
+        assert_eq!(one("subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=7', '--epochs', '180']' died with <Signals.SIGSEGV: 11>."), (None, Some(7), None, Some(11)));
+        assert_eq!(one("mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed)."), (Some(1), None, None, Some(9)));
+        assert_eq!(one("ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown with signal 4 rank=0"), (Some(0), None, None, Some(4)));
+        assert_eq!(one("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>"), (Some(2), Some(2), None, Some(9)));
+        assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");
+        // A build step that failed is not a training worker's end.
+        assert!(worker_end("subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.").is_none());
+    }
+
+    #[test]
+    fn the_first_process_to_exit() {
+        for (lines, want) in [
+            (&["RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job to be terminated. The first process to do so was:", "Process name: 1", "Exit code: 1"][..], (1, Some(1), None)),
+            (&["mpirun detected that one or more processes exited with non-zero status, thus causing the job to", "be terminated. The first process to do so was:", "", "  Process name: [[5353,1],3]", "  Exit code:    139"][..], (3, None, Some(11))),
+        ] {
+            let mut f = FirstToExit::default();
+            let mut out = Vec::new();
+            for l in lines {
+                f.observe(l, &mut out);
+            }
+            match out.as_slice() {
+                [EventKind::LauncherWorkerFailed(x)] => assert_eq!((x.global_rank, x.exit_code, x.signal), (Some(Rank(want.0)), want.1, want.2)),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn kubernetes_says_it_stopped_a_pod() {
+        for t in [
+            "Reason:         Evicted",
+            "Message:        The node was low on resource: memory.",
+            "      Reason:       OOMKilled",
+            "      Exit Code:    137",
+            "trainer-master-0-9st9r           0/1       Evicted   0          19h",
+        ] {
+            assert!(matches!(kubernetes(t), Some(EventKind::SchedulerEnd { .. })), "{t}");
+        }
+        for t in ["Reason:         Completed", "trainer-0   1/1   Running   0   9h", "Exit Code:    0", "evicted the cache"] {
+            assert!(kubernetes(t).is_none(), "{t}");
+        }
     }
 
     #[test]

@@ -12,11 +12,15 @@
 pub mod c10d;
 pub mod failures;
 pub mod glog;
+pub mod horovod;
+mod glued;
 pub mod kernel;
 pub mod launcher;
 pub mod nccl;
+pub mod numerics;
 mod parser;
 pub mod prefix;
+pub mod selfrank;
 mod python;
 pub mod steps;
 pub mod template;

@@ -102,8 +102,11 @@ pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<Ev
                 });
             }
         } else if let Some(r) = m.strip_prefix("[Service thread] Connection closed by localRank ") {
-            let peer = leading_u64(r).and_then(|v| u32::try_from(v).ok()).map(PeerRef::LocalRank);
-            out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
+            // `localRank -1` names no peer: the proxy thread's own shutdown at teardown.
+            if !r.starts_with('-') {
+                let peer = leading_u64(r).and_then(|v| u32::try_from(v).ok()).map(PeerRef::LocalRank);
+                out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
+            }
         } else if m.ends_with("Abort COMPLETE") {
             out.push(EventKind::Warning { message: format!("NCCL {m}") });
         }
@@ -114,12 +117,63 @@ pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<Ev
         if let Some(at) = m.find("Connection closed by remote peer") {
             let r = m[at + "Connection closed by remote peer".len()..].trim_start();
             out.push(EventKind::ConnectionClosed { peer: angle_addr(r), transport: "nccl".into() });
-        } else if m.contains("Connection closed by localRank") {
+        } else if m.contains("Connection closed by localRank") && !m.contains("localRank -") {
             let peer = num_after(m, "Connection closed by localRank")
                 .and_then(|v| u32::try_from(v).ok())
                 .map(PeerRef::LocalRank);
             out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
         }
+    }
+}
+
+/// NCCL's error return propagating up its call stack, `init.cu:864 -> 2` (INFO lines after a
+/// WARN): the result code, when it is an error.
+pub fn return_code(l: &NcclLine<'_>) -> Option<u32> {
+    if l.level != "INFO" {
+        return None;
+    }
+    let (site, code) = l.msg.split_once(" -> ")?;
+    if !site.contains(':') || site.contains(' ') {
+        return None;
+    }
+    let code = leading_u64(code.trim()).and_then(|c| u32::try_from(c).ok())?;
+    (code != 0).then_some(code)
+}
+
+/// NCCL's trace of a collective (`NCCL_DEBUG_SUBSYS=COLL`): `AllReduce: opCount 1a sendbuff 0x..
+/// recvbuff 0x.. count 1024 datatype 7 op 0 root 0 comm 0x.. [nranks=8] stream 0x..`.
+pub fn collective(l: &NcclLine<'_>) -> Option<EventKind> {
+    if l.level != "INFO" {
+        return None;
+    }
+    let (op, rest) = l.msg.split_once(": opCount ")?;
+    if op.is_empty() || !op.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    let hex = rest.split_whitespace().next()?;
+    let op_count = u64::from_str_radix(hex, 16).ok()?;
+    Some(EventKind::NcclCollective {
+        host: l.host.to_string(),
+        pid: l.pid,
+        op: op.to_string(),
+        op_count,
+        count: num_after(rest, " count ")?,
+        datatype: num_after(rest, " datatype ").and_then(|v| u32::try_from(v).ok())?,
+        nranks: num_after(rest, "[nranks=").and_then(|v| u32::try_from(v).ok()),
+    })
+}
+
+/// The name of an `ncclResult_t`.
+pub fn result_name(code: u32) -> &'static str {
+    match code {
+        1 => "ncclUnhandledCudaError",
+        2 => "ncclSystemError",
+        3 => "ncclInternalError",
+        4 => "ncclInvalidArgument",
+        5 => "ncclInvalidUsage",
+        6 => "ncclRemoteError",
+        7 => "ncclInProgress",
+        _ => "ncclError",
     }
 }
 
@@ -199,6 +253,13 @@ mod tests {
             assert!(matches!(run(w).first(), Some(EventKind::NcclWarn { .. })), "{w}");
         }
         assert!(run("n:1:2 [0] NCCL INFO misc/socket.cc:50 -> 6").is_empty());
+        assert!(matches!(run("n:1:2 [0] proxy.cc:1 NCCL WARN [Service thread] Connection closed by localRank -1").as_slice(), [EventKind::NcclWarn { .. }]));
+        assert_eq!(return_code(&split("XXX:430:2237 [0] NCCL INFO init.cu:864 -> 2").unwrap()), Some(2));
+        assert_eq!(return_code(&split("n:1:2 [0] NCCL INFO misc/group.cu:69 -> 2 [Async thread]").unwrap()), Some(2));
+        assert_eq!(return_code(&split("n:1:2 [0] NCCL INFO Channel 00 : 0 -> 1 via P2P").unwrap()), None);
+        let c = collective(&split("gpu3:32615:32615 [0] NCCL INFO Broadcast: opCount 1a sendbuff 0x7f88e4000000 recvbuff 0x7f88e4000000 count 25503912 datatype 6 op 0 root 0 comm 0x7f88e005a260 [nranks=8] stream 0x55f20d2f5db0").unwrap());
+        assert_eq!(c, Some(EventKind::NcclCollective { host: "gpu3".into(), pid: 32615, op: "Broadcast".into(), op_count: 26, count: 25503912, datatype: 6, nranks: Some(8) }));
+        assert_eq!(collective(&split("n:1:2 [0] NCCL INFO Using network Socket").unwrap()), None);
         assert!(matches!(run("n:1:2 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1000 - Abort COMPLETE").first(), Some(EventKind::Warning { .. })));
     }
 }

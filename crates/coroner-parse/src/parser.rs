@@ -101,7 +101,7 @@ enum Block {
     Table(FailureTable),
 }
 
-type Channel = (Option<u32>, Option<u32>, Option<u32>);
+type Channel = (Option<u32>, Option<u32>, Option<u32>, Option<u32>);
 
 /// Stateful parser for ONE (owner rank, stream) sequence of lines, in capture order.
 #[derive(Debug, Clone)]
@@ -117,6 +117,13 @@ pub struct RankParser {
     /// same template (thousands of CUDA kernel asserts) are skipped with one comparison.
     last_bare: String,
     last_bare_at: u64,
+    numerics: crate::numerics::Numerics,
+    first_to_exit: crate::launcher::FirstToExit,
+    /// An NCCL error code was reported since the last WARN (one event per failing call chain).
+    nccl_chain: bool,
+    /// Each process's last NCCL collective traces (`NCCL_DEBUG_SUBSYS=COLL`), emitted at the end:
+    /// a job issues millions, and only the last say what a process was doing when it stopped.
+    last_collectives: Vec<(u32, std::collections::VecDeque<Event>)>,
 }
 
 impl RankParser {
@@ -131,6 +138,10 @@ impl RankParser {
             scratch: Vec::new(),
             last_bare: String::new(),
             last_bare_at: 0,
+            numerics: crate::numerics::Numerics::default(),
+            first_to_exit: crate::launcher::FirstToExit::default(),
+            nccl_chain: false,
+            last_collectives: Vec::new(),
         }
     }
 
@@ -175,22 +186,42 @@ impl RankParser {
             rest = rest.strip_prefix(' ').unwrap_or(rest);
         }
         let rest = rest.strip_suffix('\r').unwrap_or(rest);
-        let channel: Channel = (p.global_rank, p.local_rank, p.task_id);
-        let ctx = Ctx {
-            rank: self.rank.or(line.rank).or(p.global_rank.map(Rank)),
-            line: LineRef { stream: line.stream, seq: line.seq },
-            capture_ns: line.capture_ns,
-            text: rest,
-            prefixed,
-        };
+        let channel: Channel = (p.global_rank, p.local_rank, p.task_id, p.pid);
+        let expanded = crate::glued::expand(rest);
+        for piece in expanded.as_deref().map_or_else(|| vec![rest], |x| x.split('\n').collect()) {
+            for text in crate::glued::segments(piece) {
+                let ctx = Ctx {
+                    rank: self.rank.or(line.rank).or(p.global_rank.map(Rank)),
+                    line: LineRef { stream: line.stream, seq: line.seq },
+                    capture_ns: line.capture_ns,
+                    text,
+                    prefixed,
+                };
+                self.push_text(&ctx, channel, out);
+            }
+        }
+    }
+
+    /// One line's text (or one segment of a line that held several, see `glued.rs`).
+    fn push_text(&mut self, ctx: &Ctx<'_>, channel: Channel, out: &mut Vec<Event>) {
+        // Launchers' one-line and few-line reports of a worker's end, inside a traceback too.
+        let mut ends = Vec::new();
+        self.first_to_exit.observe(ctx.text, &mut ends);
+        if let Some(k) = launcher::worker_end(ctx.text) {
+            ends.push(k);
+        }
+        if !ends.is_empty() {
+            let origin = ctx.origin();
+            out.extend(ends.into_iter().map(|k| origin.event(k, clip(ctx.text, MAX_TEXT).to_string())));
+        }
         if let Some(i) = self.blocks.iter().position(|(c, _)| *c == channel) {
             let step = match &mut self.blocks[i].1 {
-                Block::Traceback(b) => b.feed(&ctx),
-                Block::Fault(b) => b.feed(&ctx),
-                Block::Cpp(b) => b.feed(&ctx),
-                Block::Warning(b) => b.feed(&ctx),
-                Block::Terminate(b) => b.feed(&ctx, out),
-                Block::Table(b) => b.feed(&ctx, out),
+                Block::Traceback(b) => b.feed(ctx),
+                Block::Fault(b) => b.feed(ctx),
+                Block::Cpp(b) => b.feed(ctx),
+                Block::Warning(b) => b.feed(ctx),
+                Block::Terminate(b) => b.feed(ctx, out),
+                Block::Table(b) => b.feed(ctx, out),
             };
             match step {
                 Step::Consumed => return,
@@ -205,11 +236,14 @@ impl RankParser {
                 }
             }
         }
-        self.classify(&ctx, channel, out);
+        self.classify(ctx, channel, out);
     }
 
     /// End of input: flush any open multi-line block.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
+        for (_, last) in std::mem::take(&mut self.last_collectives) {
+            out.extend(last);
+        }
         let mut blocks = std::mem::take(&mut self.blocks);
         blocks.sort_by_key(|(c, _)| *c);
         for (_, b) in blocks {
@@ -234,8 +268,27 @@ impl RankParser {
         }
         let mut ks = std::mem::take(&mut self.scratch);
         ks.clear();
-        if let Some(l) = nccl::split(t) {
+        let nccl_line = nccl::split(t);
+        if nccl_line.is_none() {
+            self.numerics.observe(t, &mut ks);
+            crate::horovod::stalls(t, &mut ks);
+        }
+        if let Some(l) = nccl_line {
+            if let Some(k) = nccl::collective(&l) {
+                self.keep_collective(l.pid, ctx.origin().event(k, clip(t, MAX_TEXT).to_string()));
+                self.scratch = ks;
+                return;
+            }
             nccl::classify(&l, &mut self.seen_comms, &mut ks);
+            if l.level == "WARN" {
+                self.nccl_chain = false;
+            } else if let Some(code) = nccl::return_code(&l).filter(|c| (1..=3).contains(c) && !self.nccl_chain) {
+                // A CUDA, system or internal error NCCL met itself (a remote error's own WARN
+                // and connection lines already say what the peer did).
+                self.nccl_chain = true;
+                let name = nccl::result_name(code);
+                ks.push(EventKind::NcclError { code: Some(name.to_string()), message: format!("{name}: an NCCL call failed with result {code} ({})", l.msg.trim()) });
+            }
         } else if let Some(b) = self.start_block(ctx, &mut ks) {
             self.blocks.push((channel, b));
         } else if let Some(g) = glog::parse(t) {
@@ -244,6 +297,12 @@ impl RankParser {
             if !launcher::classify_body(msg, &mut ks) {
                 match level {
                     failures::Level::Error => {
+                        ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
+                        c10d::specific(msg, &mut ks);
+                    }
+                    // A record below ERROR that reports an error all the same (TensorFlow's
+                    // `INFO:tensorflow:Error reported to Coordinator: ... Tensor had NaN values`).
+                    _ if failures::reports_an_error(msg) => {
                         ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
                         c10d::specific(msg, &mut ks);
                     }
@@ -257,7 +316,7 @@ impl RankParser {
             }
         } else if let Some(sample) = coroner_model::GpuSample::from_line(t) {
             ks.push(EventKind::GpuSample(sample));
-        } else if let Some(k) = launcher::slurm(t) {
+        } else if let Some(k) = launcher::slurm(t).or_else(|| launcher::kubernetes(t)) {
             ks.push(k);
         } else if self.lines.saturating_sub(self.last_bare_at) < DEDUP_WINDOW
             && same_template(t, &self.last_bare)
@@ -285,6 +344,15 @@ impl RankParser {
     fn start_block(&mut self, ctx: &Ctx<'_>, ks: &mut Vec<EventKind>) -> Option<Block> {
         let t = ctx.text;
         match t.as_bytes().first()? {
+            b' ' => {
+                // A pasted traceback whose head was cut: its frames come first.
+                if let Some(b) = Traceback::start_headless(ctx) {
+                    return Some(Block::Traceback(b));
+                }
+                let (b, msg) = PyWarning::start(ctx)?;
+                ks.push(EventKind::Warning { message: msg });
+                Some(Block::Warning(b))
+            }
             b'T' => {
                 if let Some(b) = Traceback::start(ctx) {
                     return Some(Block::Traceback(b));
@@ -309,6 +377,24 @@ impl RankParser {
                 Some(Block::Warning(b))
             }
         }
+    }
+
+    /// Keeps a process's last [`KEPT_COLLECTIVES`] collective traces (at most 1,024 processes).
+    fn keep_collective(&mut self, pid: u32, e: Event) {
+        const KEPT_COLLECTIVES: usize = 2;
+        let i = match self.last_collectives.iter().position(|(p, _)| *p == pid) {
+            Some(i) => i,
+            None if self.last_collectives.len() < 1024 => {
+                self.last_collectives.push((pid, std::collections::VecDeque::new()));
+                self.last_collectives.len() - 1
+            }
+            None => return,
+        };
+        let q = &mut self.last_collectives[i].1;
+        if q.len() == KEPT_COLLECTIVES {
+            q.pop_front();
+        }
+        q.push_back(e);
     }
 
     /// False for a repeat (same kind and template within the window) of a noisy kind.

@@ -7,6 +7,9 @@
 /// What the leading prefixes of a line say about its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RankPrefix {
+    /// `(RayTrainWorker pid=43515)`, `(VllmWorkerProcess pid=1775)`: a process named by its pid
+    /// (Ray and vLLM actors), its rank unknown unless the prefix or a later one says it.
+    pub pid: Option<u32>,
     /// `[rankN]:` or a Horovod/MPI tag: a global rank.
     pub global_rank: Option<u32>,
     /// `[<role>N]:` from torchrun: a local rank on the node.
@@ -30,6 +33,16 @@ pub fn split_rank_prefix(line: &[u8]) -> RankPrefix {
     let mut p = RankPrefix::default();
     loop {
         let rest = &line[p.len..];
+        if let Some(used) = wrapper(rest, p.len == 0) {
+            p.len += used;
+            continue;
+        }
+        if let Some((pid, rank, used)) = actor(rest) {
+            p.pid = p.pid.or(Some(pid));
+            p.global_rank = p.global_rank.or(rank);
+            p.len += used;
+            continue;
+        }
         if let Some((kind, value, used)) = bracket_prefix(rest) {
             match kind {
                 BracketKind::Rank => p.global_rank = p.global_rank.or(Some(value)),
@@ -48,6 +61,103 @@ pub fn split_rank_prefix(line: &[u8]) -> RankPrefix {
         }
         return p;
     }
+}
+
+/// Bytes that wrap a line without saying whose it is, skipped so that what follows is read:
+/// ANSI colour codes (vLLM), a container runtime's RFC 3339 stamp
+/// (`2025-04-06T07:55:21.108632509Z `), docker compose's service column (`vllm-1  | `),
+/// Determined's `<info>    [2021-12-07 10:43:05] 087c0ee7 || `, a log viewer's line number
+/// (`[80746] `), and a NeMo-Run role (`i.pretrain/0 `, `nemo.collections.llm.api.finetune/0 `).
+/// The last four only at the very start of the line.
+fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
+    if s.starts_with(b"\x1b[") {
+        let end = s.iter().skip(2).take(16).position(|b| b.is_ascii_alphabetic())? + 3;
+        return Some(end + usize::from(s.get(end) == Some(&b' ') && !at_start));
+    }
+    if !at_start {
+        return None;
+    }
+    // RFC 3339 with a zone: `2025-04-06T07:55:21.108632509Z `.
+    if s.len() > 21 && s[4] == b'-' && s[7] == b'-' && s[10] == b'T' && s[..4].iter().all(u8::is_ascii_digit) {
+        let sp = s.iter().take(40).position(|b| *b == b' ')?;
+        let stamp = &s[..sp];
+        if stamp.ends_with(b"Z") || stamp[19..].iter().any(|b| *b == b'+') {
+            return Some(sp + 1);
+        }
+    }
+    // Determined: `<info>    [2021-12-07 10:43:05] 087c0ee7 || `.
+    if s.first() == Some(&b'<') {
+        let bars = memchr::memmem::find(&s[..s.len().min(80)], b" || ")?;
+        let head = &s[..bars];
+        if head.contains(&b'>') && head.contains(&b'[') {
+            return Some(bars + 4);
+        }
+        return None;
+    }
+    // A report quoting a log behind a bar: `        | [rank0]: FileNotFoundError: ...`.
+    let lead = s.iter().take(16).take_while(|b| **b == b' ').count();
+    if lead >= 2 && s.get(lead) == Some(&b'|') && s.get(lead + 1) == Some(&b' ') && s.get(lead + 2).is_some_and(|b| *b != b' ' && *b != b'|') {
+        return Some(lead + 2);
+    }
+    // A log viewer's line number: `[80746] ` (digits only, then a space).
+    if s.first() == Some(&b'[') {
+        let n = s[1..].iter().take(10).take_while(|b| b.is_ascii_digit()).count();
+        if n > 0 && s.get(1 + n) == Some(&b']') && s.get(2 + n) == Some(&b' ') {
+            return Some(n + 3);
+        }
+        return None;
+    }
+    let word = s.iter().take(64).take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/')).count();
+    if word == 0 {
+        return None;
+    }
+    // grep over several files: `LOG1.0.txt:` or `rank3.log:120:` before each line.
+    if s.get(word) == Some(&b':') {
+        let name = &s[..word];
+        let is_log = [&b".txt"[..], b".log", b".out", b".err"].iter().any(|ext| name.ends_with(ext));
+        if is_log {
+            let mut used = word + 1;
+            let n = s[used..].iter().take(10).take_while(|b| b.is_ascii_digit()).count();
+            if n > 0 && s.get(used + n) == Some(&b':') {
+                used += n + 1;
+            }
+            return Some(used);
+        }
+    }
+    // docker compose: `vllm-1  | ` (the service name, padded, then `| `).
+    let pad = s[word..].iter().take_while(|b| **b == b' ').count();
+    if pad >= 1 && s.get(word + pad) == Some(&b'|') && s.get(word + pad + 1) == Some(&b' ') && s[..word].contains(&b'-') {
+        return Some(word + pad + 2);
+    }
+    // NeMo-Run: `role/0 ` (a dotted or plain role name, a slash, the replica index).
+    let w = &s[..word];
+    if let Some(slash) = w.iter().rposition(|b| *b == b'/') {
+        let idx = &w[slash + 1..];
+        if slash > 0 && !idx.is_empty() && idx.iter().all(u8::is_ascii_digit) && !w[..slash].contains(&b'/') && s.get(word) == Some(&b' ') {
+            return Some(word + 1);
+        }
+    }
+    None
+}
+
+/// A Ray or vLLM actor's prefix: `(RayTrainWorker pid=43515) `, `(MeshHostWorker pid=10615,
+/// ip=10.32.10.64) `, `(VllmWorker rank=2 pid=825) `. Returns (pid, rank, bytes used).
+fn actor(s: &[u8]) -> Option<(u32, Option<u32>, usize)> {
+    if s.first() != Some(&b'(') {
+        return None;
+    }
+    let close = memchr::memchr(b')', &s[..s.len().min(120)])?;
+    let inner = std::str::from_utf8(&s[1..close]).ok()?;
+    let (name, fields) = inner.split_once(' ')?;
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return None;
+    }
+    let field = |key: &str| {
+        fields.split([',', ' ']).find_map(|f| f.trim().strip_prefix(key).and_then(|v| parse_u32(v.as_bytes())))
+    };
+    let pid = field("pid=")?;
+    let used = close + 1 + usize::from(s.get(close + 1) == Some(&b' '));
+    Some((pid, field("rank="), used))
 }
 
 enum BracketKind {
@@ -135,6 +245,43 @@ mod tests {
         // A Python logging time is not a label.
         assert_eq!(split_rank_prefix(b"2026-11-30 08:58:51,398 INFO").len, 0);
         assert_eq!(split_rank_prefix(b"08:58:51 x").len, 0);
+    }
+
+    #[test]
+    fn wrappers_and_actor_prefixes_are_seen_through() {
+        let p = split_rank_prefix(b"(RayTrainWorker pid=43515) [rank1]: Traceback (most recent call last):");
+        assert_eq!((p.pid, p.global_rank), (Some(43515), Some(1)));
+        let line = b"(MeshHostWorker pid=10615, ip=10.32.10.64) Fatal Python error: Segmentation fault";
+        let p = split_rank_prefix(line);
+        assert_eq!((p.pid, p.global_rank), (Some(10615), None));
+        assert_eq!(p.rest(line), b"Fatal Python error: Segmentation fault");
+        let p = split_rank_prefix(b"(VllmWorker rank=2 pid=825) ERROR 10-25 13:08:43 [core.py:708] x");
+        assert_eq!((p.pid, p.global_rank), (Some(825), Some(2)));
+        let line = b"vllm-1  | 2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x";
+        assert_eq!(split_rank_prefix(line).rest(line), b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x");
+        let line = b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x";
+        assert_eq!(split_rank_prefix(line).rest(line), b"INFO 04-06 00:55:21 [llm_engine.py:447] x");
+        let line = b"<>        [2021-12-07 10:43:01] 087c0ee7 || RuntimeError: Horovod detected";
+        assert_eq!(split_rank_prefix(line).rest(line), b"RuntimeError: Horovod detected");
+        let line = b"[80746] [rank0]:[E321 02:07:08.1 ProcessGroupNCCL.cpp:1] x";
+        let p = split_rank_prefix(line);
+        assert_eq!((p.global_rank, p.rest(line)), (Some(0), &b"[E321 02:07:08.1 ProcessGroupNCCL.cpp:1] x"[..]));
+        let line = b"        | [rank0]: FileNotFoundError: Caught FileNotFoundError in DataLoader worker process 2.";
+        assert_eq!(split_rank_prefix(line).global_rank, Some(0));
+        let line = b"LOG1.0.txt:learnfair062:32615:32615 [0] NCCL INFO Broadcast: opCount 0";
+        assert_eq!(split_rank_prefix(line).rest(line), b"learnfair062:32615:32615 [0] NCCL INFO Broadcast: opCount 0");
+        let line = b"rank3.log:120:[rank3]: boom";
+        assert_eq!((split_rank_prefix(line).global_rank, split_rank_prefix(line).rest(line)), (Some(3), &b" boom"[..]));
+        let line = b"i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2";
+        let p = split_rank_prefix(line);
+        assert_eq!((p.local_rank, p.global_rank, p.rest(line)), (Some(2), Some(2), &b" RuntimeError: Rank 2"[..]));
+        let line = b"\x1b[1;36m(VllmWorker rank=0 pid=13543)\x1b[0;0m INFO x";
+        let p = split_rank_prefix(line);
+        assert_eq!((p.global_rank, p.rest(line)), (Some(0), &b"INFO x"[..]));
+        // Not wrappers: a fairseq table row, an exception, a path, a time.
+        for line in [&b"| epoch 027 | loss 6.343"[..], b"RuntimeError: x", b"/usr/lib/python3/x.py:12: UserWarning", b"(most recent call last)", b"2026-11-30 08:58:51,398 INFO x"] {
+            assert_eq!(split_rank_prefix(line).len, 0, "{}", String::from_utf8_lossy(line));
+        }
     }
 
     #[test]

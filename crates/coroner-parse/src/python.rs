@@ -50,6 +50,10 @@ pub(crate) fn exc_header(t: &str) -> Option<(&str, &str)> {
         return Some((ty, ""));
     }
     let m = r.strip_prefix(':')?;
+    // `host:431:2239 [1] ...` (NCCL), `file.py:12:` (a location) are not `Type: message`.
+    if m.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
     Some((ty, m.strip_prefix(' ').unwrap_or(m)))
 }
 
@@ -79,6 +83,8 @@ pub(crate) struct Traceback {
     state: TbState,
     last_was_last_error: bool,
     lines: u32,
+    /// Started at a frame, its head cut: only its exception line makes it an event.
+    headless: bool,
 }
 
 impl Traceback {
@@ -97,7 +103,29 @@ impl Traceback {
             state: TbState::Frames,
             last_was_last_error: false,
             lines: 0,
+            headless: false,
         })
+    }
+
+    /// A traceback pasted without its `Traceback (most recent call last):` line: it starts at a
+    /// frame line (`  File "x.py", line 3, in f`).
+    pub(crate) fn start_headless(ctx: &Ctx<'_>) -> Option<Self> {
+        let frame = parse_frame(ctx.text)?;
+        let mut t = Traceback {
+            origin: ctx.origin(),
+            prefixed: ctx.prefixed,
+            frames: Vec::new(),
+            exc_type: None,
+            message: String::new(),
+            msg_lines: 0,
+            final_text: String::new(),
+            state: TbState::Frames,
+            last_was_last_error: false,
+            lines: 0,
+            headless: true,
+        };
+        t.frames.push(frame);
+        Some(t)
     }
 
     fn is_continuation(&self, t: &str) -> bool {
@@ -135,6 +163,10 @@ impl Traceback {
                     return Step::Consumed;
                 }
                 if t.trim().is_empty() || t.starts_with(' ') || t.starts_with('\t') {
+                    return Step::Consumed;
+                }
+                if crate::nccl::split(t).is_some() {
+                    // Another thread's or process's NCCL line cut into the traceback.
                     return Step::Consumed;
                 }
                 match exc_header(t) {
@@ -204,6 +236,15 @@ impl Traceback {
                 seq: self.origin.line.seq,
                 message: "traceback ended before its exception line".into(),
             });
+            // A traceback is printed only for an error: cut before its last line (a paste, a
+            // process killed mid-print), it still says the process failed.
+            if !self.frames.is_empty() && !self.headless {
+                let last = self.frames.last().map(|f| format!("{} ({})", f.function, f.file)).unwrap_or_default();
+                out.push(self.origin.event(
+                    EventKind::ErrorLine { message: format!("a traceback cut before its exception line, last frame {last}") },
+                    "Traceback (most recent call last):".to_string(),
+                ));
+            }
             return;
         };
         let mut specific = Vec::new();
@@ -410,5 +451,7 @@ mod tests {
         assert_eq!(exc_header("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "), Some(("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "")));
         assert_eq!(exc_header("[E1130 08:59:11.4 x.cpp:1] y"), None);
         assert_eq!(exc_header("During handling of the above exception"), None);
+        assert_eq!(exc_header("XXX:431:2239 [1] include/topo.h:27 NCCL WARN x"), None);
+        assert_eq!(exc_header("RuntimeError:CUDA out of memory."), Some(("RuntimeError", "CUDA out of memory.")));
     }
 }

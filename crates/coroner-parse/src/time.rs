@@ -28,6 +28,9 @@ pub fn printed_time(text: &str, capture_ns: Nanos) -> Option<Nanos> {
         return Some(t);
     }
     if s[0] == b'[' {
+        if let Some(t) = dmesg_human(&s[1..]) {
+            return Some(t);
+        }
         if dmesg_relative(&s[1..]) {
             // A kernel ring-buffer offset; a syslog time may still follow (`[1.2] Nov 30 ...` is rare).
             return None;
@@ -179,6 +182,28 @@ fn syslog_time(s: &[u8], capture_ns: Nanos) -> Option<Nanos> {
     nearest_year(m, d, tod, capture_ns)
 }
 
+/// `dmesg -T`: `Wed Jan 27 23:04:35 2021` (weekday, month, day, time, year).
+fn dmesg_human(s: &[u8]) -> Option<Nanos> {
+    const DAYS: [&[u8]; 7] = [b"Mon ", b"Tue ", b"Wed ", b"Thu ", b"Fri ", b"Sat ", b"Sun "];
+    if !DAYS.iter().any(|d| s.starts_with(d)) {
+        return None;
+    }
+    let s = &s[4..];
+    let mon = s.get(..3)?;
+    let m = MONTHS.iter().position(|x| &x[..] == mon)? as i64 + 1;
+    let rest = &s[4..];
+    let pad = rest.iter().take_while(|c| **c == b' ').count();
+    let rest = &rest[pad..];
+    let dn = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    let d = digits(rest, 0, dn)?;
+    let (tod, used) = hms(rest, dn + 1)?;
+    let y = digits(rest, dn + 1 + used + 1, 4)?;
+    if !valid_md(m, d) {
+        return None;
+    }
+    days_from_civil(y, m, d).checked_mul(86_400 * NS)?.checked_add(tod)
+}
+
 /// `[   12.345678]`: the kernel's seconds since boot.
 fn dmesg_relative(s: &[u8]) -> bool {
     let s = &s[s.iter().take_while(|c| **c == b' ').count()..];
@@ -242,6 +267,8 @@ mod tests {
             ("[2026-11-30 08:58:51] vm:1:1 [0] misc.cc:1 NCCL WARN x", Some(at(2026, 11, 30, 8, 58, 51, 0))),
             ("Nov 30 08:58:51 host kernel: NVRM: Xid", Some(at(2026, 11, 30, 8, 58, 51, 0))),
             ("[12345.678] NVRM: Xid (PCI:0000:0a:00): 79", None),
+            ("[Wed Jan 27 23:04:35 2021] NVRM: Xid (PCI:0000:3d:00): 43, pid=35521", Some(at(2021, 1, 27, 23, 4, 35, 0))),
+            ("[Fri Jan  1 03:04:05 2021] x", Some(at(2021, 1, 1, 3, 4, 5, 0))),
             ("  time      : 2026-11-30_09:03:42", Some(at(2026, 11, 30, 9, 3, 42, 0))),
             ("vm:1141:1141 [0] NCCL INFO Channel 00/24 : 0 1", None),
             ("", None),

@@ -5,6 +5,9 @@
 //! and accumulates the [`JobEvidence`] the pure analysis reads. No IO.
 
 mod demux;
+#[cfg(test)]
+mod push_log_tests;
+mod unranked;
 
 use coroner_analysis::live::{LiveConfig, LiveMonitor};
 use coroner_analysis::{JobEvidence, RuleSet};
@@ -30,6 +33,8 @@ pub struct JobPipeline {
     live: Option<LiveMonitor>,
     /// What the live monitor's owner last decided to show, attached to running reports.
     live_findings: Vec<SuspectedHang>,
+    /// How many processes of unknown rank were made (`push_log`), and from which logs.
+    unknown_logs: u32,
 }
 
 impl JobPipeline {
@@ -42,6 +47,7 @@ impl JobPipeline {
             launcher_succeeded: false,
             live: None,
             live_findings: Vec::new(),
+            unknown_logs: 0,
         }
     }
 
@@ -187,6 +193,12 @@ impl JobPipeline {
         }
     }
 
+    /// The input is plain logs (offline files, no capture bundle): no process end is recorded
+    /// but what their lines say.
+    pub fn set_plain_logs(&mut self) {
+        self.evidence.plain_logs = true;
+    }
+
     /// No more evidence will come (an offline bundle, or every agent reported its end).
     pub fn set_finished(&mut self, finished: bool) {
         self.evidence.finished = finished;
@@ -199,12 +211,14 @@ impl JobPipeline {
         for ((rank, _), parser) in &self.parsers {
             let mut out = Vec::new();
             parser.clone().finish(&mut out);
+            let out = split_off_unowned(&mut evidence, *rank, out);
             file_into(&mut evidence, *rank, out);
         }
         for ev in evidence.ranks.values_mut() {
             ev.events.sort_by_key(|e| (e.capture_ns, e.line.seq));
         }
         evidence.ends = self.ends(&evidence);
+        unranked::identify_by_launcher(&mut evidence);
         evidence.snapshots.sort_by(|a, b| (a.rank, &a.kind, &a.name).cmp(&(b.rank, &b.kind, &b.name)));
         if let Some(note) = missing_dumps(&evidence) {
             evidence.notes.push(note);
@@ -236,6 +250,7 @@ impl JobPipeline {
                 }
             }
         }
+        let events = split_off_unowned(&mut self.evidence, rank, events);
         if rank.is_none() {
             // A per-node agent samples every GPU of its node: GPU i is local rank i's (the
             // launchers' convention), filed where that worker's `[default<i>]:` lines go.
@@ -311,6 +326,21 @@ fn thinned_steps(evidence: &JobEvidence) -> Option<String> {
         thinned.len(),
         coroner_analysis::MAX_STEPS_PER_RANK
     ))
+}
+
+/// A process of unknown rank's log also holds what its launcher, scheduler or kernel printed:
+/// those events go where such lines always go (no rank); the rest are returned.
+fn split_off_unowned(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) -> Vec<Event> {
+    let Some(rank) = rank else { return events };
+    // A launcher's report of how a worker ended is never about the line's owner: only a launcher
+    // prints it, into whatever log holds its output.
+    let moves = |k: &EventKind| matches!(k, EventKind::LauncherWorkerFailed(_)) || (rank.is_unknown() && unranked::belongs_to_no_rank(k));
+    if !events.iter().any(|e| moves(&e.kind)) {
+        return events;
+    }
+    let (none, mine): (Vec<Event>, Vec<Event>) = events.into_iter().partition(|e| moves(&e.kind));
+    evidence.unowned.extend(none);
+    mine
 }
 
 fn file_into(evidence: &mut JobEvidence, rank: Option<Rank>, events: Vec<Event>) {

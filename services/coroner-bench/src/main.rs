@@ -5,6 +5,9 @@
 //!
 //! See docs/PERFORMANCE.md for the figures on the reference machine and what limits each.
 //!
+//! `coroner-bench field ...`: coroner's score on the field corpus of real logs, beside a grep
+//! baseline (`coroner_field`, tests/data/field).
+//!
 //! `coroner-bench load ...`: the load and fault generator (simulated agents, a real coronerd
 //! killed and restarted, cut networks; lines lost and duplicated), see [`load`] and docs/LOAD.md.
 
@@ -44,6 +47,13 @@ struct Cli {
 
 #[derive(clap::Subcommand, Debug)]
 enum Command {
+    /// Scores `coroner analyze` on the field corpus (tests/data/field): per case, per class,
+    /// framework, input shape and launcher, both halves, and the grep baseline with --baseline.
+    /// Arguments: [--dir D] [--json] [--only ID] [--baseline] [--half dev|held] [--wrong] [--show].
+    Field {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Simulated agents against a real coronerd that is killed and restarted mid-stream, with
     /// some agents' network cut; prints lines sent, indexed, duplicated and lost.
     Load(load::LoadArgs),
@@ -113,8 +123,13 @@ struct Row {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    if let Some(Command::Load(args)) = cli.command {
-        return load::main(args);
+    match cli.command {
+        Some(Command::Load(args)) => return load::main(args),
+        Some(Command::Field { args }) => {
+            let code = coroner_field::cli::main(&args).map_err(anyhow::Error::msg)?;
+            std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });
+        }
+        None => {}
     }
     let sizes = if cli.smoke {
         Sizes::smoke()

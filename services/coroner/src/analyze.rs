@@ -9,12 +9,10 @@ use std::process::ExitCode;
 pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Path>, history: Option<&str>) -> anyhow::Result<ExitCode> {
     let rules = load_rules(rules)?;
     let job = job.unwrap_or_else(|| default_job_id(&paths[0]));
-    let mut pipeline = JobPipeline::new(&job);
-    let summary = coroner_bundle::load_paths(paths, &mut pipeline)?;
+    let coroner_bundle::Analysis { mut report, summary, pipeline } = coroner_bundle::analyze(paths, &job, &rules)?;
     for w in &summary.warnings {
         eprintln!("coroner: warning: {w}");
     }
-    let mut report = pipeline.report(&rules);
     if let Some(url) = history {
         attach_history(&mut report, &pipeline, url)?;
     }
@@ -52,6 +50,9 @@ pub fn load_rules(path: Option<&Path>) -> anyhow::Result<RuleSet> {
 }
 
 fn default_job_id(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        return "stdin".to_string();
+    }
     let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if name.is_empty() { "job".to_string() } else { name }

@@ -31,7 +31,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Analyze logs offline: a capture bundle folder, per-rank log files, or one combined log.
+    /// Analyze logs offline: a capture bundle folder, per-rank log files, one combined log, a
+    /// single log of any shape (a pod log, a pasted traceback, `dmesg`), a folder mixing these,
+    /// or `-` for standard input.
     Analyze {
         #[arg(required = true)]
         paths: Vec<PathBuf>,

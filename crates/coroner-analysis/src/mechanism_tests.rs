@@ -1,0 +1,154 @@
+//! One test per mechanism of issue 19, on evidence built by hand (capture bundles' shapes):
+//! cancels, clean-up kills, left-early ranks, majority mismatches, fatal errors without process
+//! ends, partial verdicts.
+
+use crate::{analyze, JobEvidence, RuleSet};
+use coroner_model::{Event, EventKind, FaultClass, Frame, LineRef, PgId, ProcessEnd, Rank, Report, SeqNo, Stream, Verdict};
+
+const T0: i64 = 1_790_000_000_000_000_000;
+const S: i64 = 1_000_000_000;
+
+fn event(rank: u32, at_s: i64, kind: EventKind, text: &str) -> Event {
+    Event {
+        rank: Some(Rank(rank)),
+        line: LineRef { stream: Stream::Stderr, seq: at_s as u64 },
+        capture_ns: T0 + at_s * S,
+        printed_ns: None,
+        kind,
+        text: text.to_string(),
+    }
+}
+
+fn exception(rank: u32, at_s: i64, ty: &str, msg: &str) -> Event {
+    let frames = vec![Frame { file: "train.py".into(), line: Some(10), function: "main".into() }];
+    event(rank, at_s, EventKind::Exception { exc_type: ty.into(), message: msg.into(), frames }, &format!("{ty}: {msg}"))
+}
+
+fn timeout(rank: u32, at_s: i64, seq: u64, op: &str, numel: u64) -> Event {
+    let kind = EventKind::WatchdogTimeout { pg: Some(PgId("0".into())), seq: SeqNo(seq), op: op.into(), numel_in: Some(numel), numel_out: Some(numel), timeout_ms: Some(600_000), elapsed_ms: Some(600_100) };
+    event(rank, at_s, kind, &format!("[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel})"))
+}
+
+fn job(world: u32) -> JobEvidence {
+    let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(world), finished: true, ..Default::default() };
+    for r in 0..world {
+        let rank = ev.rank_mut(Rank(r));
+        rank.lines = 10;
+        rank.first_capture_ns = Some(T0);
+        rank.last_capture_ns = Some(T0 + 100 * S);
+    }
+    ev
+}
+
+fn push(ev: &mut JobEvidence, e: Event) {
+    let r = e.rank.expect("a rank");
+    let rank = ev.rank_mut(r);
+    rank.last_capture_ns = Some(rank.last_capture_ns.unwrap_or(0).max(e.capture_ns));
+    rank.push(e);
+}
+
+fn end(rank: u32, exit_code: Option<i32>, signal: Option<i32>, at_s: Option<i64>) -> ProcessEnd {
+    ProcessEnd { rank: Rank(rank), exit_code, signal, at_ns: at_s.map(|s| T0 + s * S) }
+}
+
+fn run(ev: JobEvidence) -> Report {
+    analyze(&ev, &RuleSet::builtin())
+}
+
+fn first(r: &Report) -> (Verdict, Option<u32>, FaultClass) {
+    let f = r.first_failure.as_ref().expect("a first failure");
+    (r.verdict, f.rank.map(|r| r.0), f.class)
+}
+
+#[test]
+fn every_rank_signalled_at_one_moment_is_a_cancel_with_no_culprit() {
+    let mut ev = job(4);
+    for r in 0..4u32 {
+        // What the signal handlers print while the processes stop.
+        push(&mut ev, exception(r, 200, "torch.distributed.elastic.multiprocessing.api.SignalException", "Process 1234 got signal: 15"));
+        ev.ends.push(end(r, None, Some(15), Some(200 + i64::from(r) % 2)));
+    }
+    let report = run(ev);
+    assert_eq!(first(&report), (Verdict::Failed, None, FaultClass::Killed));
+    let f = report.first_failure.as_ref().expect("first");
+    assert!(f.summary.contains("stopped from outside") && f.summary.contains("all 4 ranks were signalled"), "{}", f.summary);
+}
+
+#[test]
+fn a_scheduler_line_says_who_stopped_the_job() {
+    let mut ev = job(2);
+    ev.unowned.push(Event { rank: None, ..event(0, 300, EventKind::SchedulerEnd { message: "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***".into() }, "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***") });
+    let report = run(ev);
+    assert_eq!(first(&report), (Verdict::Failed, None, FaultClass::Killed));
+    assert!(report.first_failure.as_ref().expect("first").summary.contains("time limit"));
+}
+
+#[test]
+fn a_stop_after_a_rank_already_failed_is_the_clean_up() {
+    let mut ev = job(2);
+    push(&mut ev, exception(1, 50, "torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB"));
+    for r in 0..2 {
+        ev.ends.push(end(r, None, Some(15), Some(120)));
+    }
+    assert_eq!(first(&run(ev)), (Verdict::Failed, Some(1), FaultClass::CudaOom));
+}
+
+#[test]
+fn an_undated_sigkill_on_every_rank_after_a_ranks_own_error_is_clean_up() {
+    let mut ev = job(3);
+    push(&mut ev, exception(2, 50, "RuntimeError", "Error(s) in loading state_dict for Net: size mismatch for fc.weight"));
+    ev.ends = (0..3).map(|r| end(r, None, Some(9), None)).collect();
+    for r in 0..3 {
+        ev.rank_mut(Rank(r)).last_capture_ns = None;
+    }
+    assert_eq!(first(&run(ev)), (Verdict::Failed, Some(2), FaultClass::CheckpointMismatch));
+}
+
+#[test]
+fn a_rank_that_exited_0_while_its_peers_waited_left_early() {
+    let mut ev = job(3);
+    for r in [0, 2] {
+        push(&mut ev, timeout(r, 700, 81, "ALLREDUCE", 1024));
+        push(&mut ev, event(r, 701, EventKind::PgStatus { pg: Some(PgId("0".into())), failing_seq: Some(SeqNo(81)), last_enqueued: Some(SeqNo(81)), last_started: None, last_completed: Some(SeqNo(80)) }, "last enqueued work: 81"));
+        ev.ends.push(end(r, None, Some(6), Some(702)));
+    }
+    ev.ends.push(end(1, Some(0), None, Some(90)));
+    let report = run(ev);
+    assert_eq!(first(&report), (Verdict::Failed, Some(1), FaultClass::Hang));
+    let f = report.first_failure.as_ref().expect("first");
+    assert!(f.summary.contains("left early") && f.summary.contains("ALLREDUCE seq 81"), "{}", f.summary);
+}
+
+#[test]
+fn when_every_rank_timed_out_the_one_whose_collective_differs_is_the_culprit() {
+    let mut ev = job(4);
+    for r in 0..4u32 {
+        let (op, n) = if r == 2 { ("BROADCAST", 25) } else { ("ALLREDUCE", 1_048_576) };
+        push(&mut ev, timeout(r, 700, 40, op, n));
+        ev.ends.push(end(r, None, Some(6), Some(705)));
+    }
+    let report = run(ev);
+    assert_eq!(first(&report), (Verdict::Failed, Some(2), FaultClass::CollectiveMismatch));
+}
+
+#[test]
+fn fatal_tracebacks_without_process_ends_are_a_failure() {
+    let mut ev = job(2);
+    push(&mut ev, exception(0, 30, "ValueError", "Expected input batch_size (103) to match target batch_size (95)."));
+    push(&mut ev, exception(1, 30, "ValueError", "Expected input batch_size (103) to match target batch_size (95)."));
+    let report = run(ev);
+    assert_eq!(report.verdict, Verdict::Failed);
+    assert_eq!(report.first_failure.as_ref().map(|f| f.class), Some(FaultClass::ShapeMismatch));
+}
+
+#[test]
+fn one_ranks_watchdog_alone_is_a_hang_whose_culprit_is_not_in_these_logs() {
+    let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(8), finished: true, ..Default::default() };
+    push(&mut ev, timeout(3, 1800, 80078, "ALLREDUCE", 1));
+    ev.rank_mut(Rank(3)).lines = 40;
+    let report = run(ev);
+    assert_eq!(first(&report), (Verdict::Failed, None, FaultClass::Hang));
+    let s = &report.first_failure.as_ref().expect("first").summary;
+    assert!(s.starts_with("the culprit is not in these logs: rank 3 waited on ALLREDUCE seq 80078 of PG 0"), "{s}");
+    assert!(s.contains("logs of ranks 0, 1, 2, 4, 5, 6, 7 are missing"), "{s}");
+}

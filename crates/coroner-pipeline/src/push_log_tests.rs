@@ -1,0 +1,100 @@
+//! `JobPipeline::push_log`: every shape of log that does not say whose it is, through to the
+//! report (issue 19 part 1).
+
+use crate::JobPipeline;
+use coroner_analysis::RuleSet;
+use coroner_model::{FaultClass, LogLine, Rank, Report, Stream, Verdict};
+
+fn lines(text: &str) -> Vec<LogLine> {
+    text.lines()
+        .enumerate()
+        .map(|(i, t)| LogLine { rank: None, stream: Stream::File, seq: i as u64, capture_ns: 1_790_000_000_000_000_000 + i as i64, bytes: t.as_bytes().to_vec() })
+        .collect()
+}
+
+fn report(logs: &[(&str, &str)]) -> Report {
+    let mut p = JobPipeline::new("j");
+    p.set_plain_logs();
+    for (name, text) in logs {
+        p.push_log(name, lines(text));
+    }
+    p.set_finished(true);
+    p.report(&RuleSet::builtin())
+}
+
+fn first(r: &Report) -> (Verdict, Option<u32>, Option<FaultClass>) {
+    (r.verdict, r.first_failure.as_ref().and_then(|f| f.rank.map(|r| r.0)), r.first_failure.as_ref().map(|f| f.class))
+}
+
+#[test]
+fn a_single_log_without_prefixes_is_one_process_of_unknown_rank() {
+    let r = report(&[("train.log", "epoch 1 step 10 loss 2.1\nTraceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    model.load_state_dict(sd)\nRuntimeError: Error(s) in loading state_dict for Net:\n\tsize mismatch for fc.weight: copying a param with shape torch.Size([10, 4]) from checkpoint, the shape in current model is torch.Size([12, 4]).\n")]);
+    assert_eq!(first(&r), (Verdict::Failed, None, Some(FaultClass::CheckpointMismatch)));
+    assert!(r.ranks.is_empty(), "a process of unknown rank is never shown as a number: {:?}", r.ranks);
+    assert!(r.notes.iter().any(|n| n.contains("train.log") && n.contains("unknown rank")), "{:?}", r.notes);
+}
+
+#[test]
+fn a_log_whose_lines_name_its_rank_is_that_ranks() {
+    let r = report(&[("worker.out", "[E ProcessGroupNCCL.cpp:587] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=80078, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800096 milliseconds before timing out.\n")]);
+    assert_eq!(first(&r), (Verdict::Failed, None, Some(FaultClass::Hang)));
+    let f = r.first_failure.as_ref().expect("first");
+    assert!(f.summary.starts_with("the culprit is not in these logs: rank 3 waited on ALLREDUCE seq 80078 of PG 0"), "{}", f.summary);
+    assert!(r.notes.iter().any(|n| n.contains("its own lines say rank 3")), "{:?}", r.notes);
+}
+
+#[test]
+fn a_combined_log_files_prefixed_lines_and_the_launchers_report_by_rank() {
+    let log = "[default0]:step 5 loss 1.2\n[default1]:[rank1]: Traceback (most recent call last):\n[default1]:[rank1]:   File \"train.py\", line 3, in <module>\n[default1]:[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nE1130 09:03:42.336000 3148 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 1) local_rank: 1 (pid: 3191) of binary: python\n";
+    let r = report(&[("combined.log", log)]);
+    assert_eq!(first(&r), (Verdict::Failed, Some(1), Some(FaultClass::CudaOom)));
+    let rank1 = r.ranks.iter().find(|k| k.rank == Rank(1)).expect("rank 1");
+    assert_eq!(rank1.ended.as_deref(), Some("exited 1"));
+}
+
+#[test]
+fn srun_labels_mpi_tags_and_ray_actors_name_their_processes() {
+    let r = report(&[("slurm-1.out", "0: step 3\n1: Fatal Python error: Segmentation fault\n1: \n1: Current thread 0x00007f (most recent call first):\n1:   File \"x.py\", line 1 in f\n")]);
+    assert_eq!(first(&r), (Verdict::Failed, Some(1), Some(FaultClass::Segfault)));
+    let r = report(&[("mpi.log", "[1,0]<stdout>:step 1\n[1,3]<stderr>:RuntimeError: CUDA error: an illegal memory access was encountered\n")]);
+    assert_eq!(first(&r).1, Some(3));
+    let r = report(&[("ray.log", "(RayTrainWorker pid=43515) step 1\n(RayTrainWorker pid=43516) Traceback (most recent call last):\n(RayTrainWorker pid=43516)   File \"t.py\", line 1, in f\n(RayTrainWorker pid=43516) ValueError: Expected input batch_size (8) to match target batch_size (7).\n")]);
+    assert_eq!(first(&r), (Verdict::Failed, None, Some(FaultClass::ShapeMismatch)));
+    assert!(r.notes.iter().any(|n| n.contains("pid 43516") && n.contains("failed first")), "{:?}", r.notes);
+}
+
+#[test]
+fn a_kernel_log_alone_and_beside_the_jobs_log() {
+    let dmesg = "[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 79, pid=13641, GPU has fallen off the bus.\n[Fri Jan 29 23:42:35 2021] NVRM: GPU 0000:db:00.0: GPU has fallen off the bus.\n";
+    let r = report(&[("dmesg.txt", dmesg)]);
+    assert_eq!(first(&r), (Verdict::Failed, None, Some(FaultClass::GpuHardware)));
+    // Beside a rank's log whose NCCL init names pid 13641: joined to that rank.
+    // (`rank2.log`: the bundle reader gives its lines rank 2 from the name.)
+    let job = "host7:13641:13641 [0] NCCL INFO comm 0x5 rank 2 nranks 4 cudaDev 0 busId db000 - Init COMPLETE\n[E1130 08:59:11.4 ProcessGroupNCCL.cpp:1] [Rank 2] NCCL watchdog thread terminated with exception: CUDA error: unspecified launch failure\n";
+    let mut p = JobPipeline::new("j");
+    p.set_plain_logs();
+    p.push_log("dmesg.txt", lines(dmesg));
+    for mut l in lines(job) {
+        l.rank = Some(Rank(2));
+        p.push_line(l);
+    }
+    p.set_finished(true);
+    let r = p.report(&RuleSet::builtin());
+    assert_eq!(first(&r), (Verdict::Failed, Some(2), Some(FaultClass::GpuHardware)));
+}
+
+#[test]
+fn a_log_with_no_failure_is_a_success_that_says_what_it_does_not_know() {
+    let r = report(&[("train.log", "epoch 1 step 10 loss 2.1\nWARNING: destroy_process_group() was not called before program exit\n")]);
+    assert_eq!(r.verdict, Verdict::Succeeded);
+    assert!(coroner_analysis::text::render(&r).starts_with("SUCCEEDED: job j - no line reports a failure (how the processes ended is not in these logs)"));
+}
+
+#[test]
+fn a_log_of_unknown_rank_beside_the_launchers_report_of_one_silent_rank_is_that_ranks() {
+    let log = "Traceback (most recent call last):\n  File \"infer.py\", line 40, in <module>\n    model = deepspeed.init_inference(model)\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB\n[2023-07-04 17:31:27,755] [ERROR] [launch.py:321:sigkill_handler] ['python3', '-u', 'infer.py', '--local_rank=0'] exits with return code = 1\n";
+    let r = report(&[("output.txt", log)]);
+    assert_eq!(first(&r), (Verdict::Failed, Some(0), Some(FaultClass::CudaOom)));
+    assert!(r.notes.iter().any(|n| n.contains("read as rank 0's log")), "{:?}", r.notes);
+    assert!(!r.notes.iter().any(|n| n.contains("one process of unknown rank")), "{:?}", r.notes);
+}

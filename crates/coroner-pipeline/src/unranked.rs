@@ -1,0 +1,274 @@
+//! A log that does not say whose it is: one `train.log`, a pod log, a pasted traceback, `dmesg`.
+//! Offline input often comes like this; the lines are filed by what they show, most certain
+//! first:
+//!
+//! 1. a kernel log (most lines shaped like `dmesg` or `journalctl -k`) belongs to no rank: its
+//!    Xid and OOM-killer lines are joined to ranks by the pid or GPU they name (`hardware.rs`);
+//! 2. a line with a launcher prefix (`[rank3]:`, `[default1]:`, `3: `, `[1,3]<stderr>:`) is that
+//!    rank's, as on every other path;
+//! 3. the other lines are the log's own process. Its rank is the one its lines name themselves
+//!    (`[Rank 3] Watchdog caught ...`, `... INFO [rank3] ...`, `RANK=3`; `coroner_parse::selfrank`)
+//!    when they all name the same one; when they name several, each such line goes to the rank it
+//!    names and the rest to one process of unknown rank ([`Rank::unknown`]). The report says
+//!    which it was.
+
+use crate::JobPipeline;
+use coroner_model::{EventKind, LogLine, Rank};
+use std::collections::BTreeMap;
+use coroner_parse::prefix::{split_rank_prefix, RankPrefix};
+use coroner_parse::{kernel::looks_like_kernel_line, selfrank::self_described};
+use std::collections::BTreeSet;
+
+/// How one log without an owner is filed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Filing {
+    /// A kernel log: no rank owns it.
+    Kernel,
+    /// The log's unprefixed lines: `own` unless `per_line` (several ranks named) and the line
+    /// names one. `learned` is the one rank every self-describing line named.
+    Process { learned: Option<Rank>, per_line: bool, prefixed: usize, unprefixed: usize },
+}
+
+impl JobPipeline {
+    /// A whole log whose owner neither a session nor its name tells (offline input: one
+    /// `train.log`, a pod log, `dmesg`), named `source` in the report's notes. Its lines are
+    /// filed by what they show (`unranked.rs`): a kernel log under no rank, prefixed lines under
+    /// their prefix's rank, the rest under the rank they name themselves or one process of
+    /// unknown rank.
+    pub fn push_log(&mut self, source: &str, lines: Vec<LogLine>) {
+        let filing = if kernel_log_name(source) { Filing::Kernel } else { decide(&lines) };
+        match filing {
+            Filing::Kernel => {
+                self.add_note(format!("{source} is a kernel log: its lines belong to no rank; Xid and OOM-killer lines are joined to a rank by the pid or GPU they name"));
+                for mut l in lines {
+                    l.rank = None;
+                    self.push_line(l);
+                }
+            }
+            Filing::Process { learned, per_line, prefixed, unprefixed } => {
+                let own = match learned {
+                    Some(r) => {
+                        self.add_note(format!("{source}: no file name or prefix gives its rank; its own lines say rank {r} (as c10d and logging formats print it), so it is read as rank {r}'s log"));
+                        r
+                    }
+                    None => {
+                        let r = Rank::unknown(self.unknown_logs);
+                        self.unknown_logs = self.unknown_logs.saturating_add(1);
+                        if unprefixed > 0 && prefixed == 0 {
+                            self.add_note(format!("{source}: no file name, prefix or line of its own gives its rank: read as the log of one process of unknown rank"));
+                        }
+                        self.evidence.unknown_sources.insert(r, source.to_string());
+                        r
+                    }
+                };
+                let mut actors: BTreeMap<u32, Rank> = BTreeMap::new();
+                for mut l in lines {
+                    let p = split_rank_prefix(&l.bytes);
+                    l.rank = match owner_kind(&p) {
+                        Owner::Rank => None,
+                        Owner::Own => Some(owner_of(&l, &p, own, per_line)),
+                        Owner::Process(pid) => Some(*actors.entry(pid).or_insert_with(|| {
+                            let r = Rank::unknown(self.unknown_logs);
+                            self.unknown_logs = self.unknown_logs.saturating_add(1);
+                            self.evidence.unknown_sources.insert(r, format!("{source}, pid {pid}"));
+                            r
+                        })),
+                    };
+                    self.push_line(l);
+                }
+            }
+        }
+    }
+
+}
+
+/// Where launchers' own code lives: a traceback through it is the launcher's.
+const LAUNCHER_CODE: [&str; 7] = [
+    "torch/distributed/elastic",
+    "torch/distributed/run.py",
+    "torch/distributed/launch",
+    "distributed/launcher/",
+    "deepspeed/launcher",
+    "horovod/runner",
+    "text_generation_launcher",
+];
+
+/// One log of unknown rank and one rank that a launcher reports ended but that has no line of
+/// its own: they are the same process (a single worker's log beside its launcher's report, a
+/// DeepSpeed or torchrun console). The log's process is taken to be that rank, and a note says so.
+pub(crate) fn identify_by_launcher(evidence: &mut coroner_analysis::JobEvidence) {
+    // Only a worker's own failure makes the log a worker's: a launcher's output (its traceback
+    // runs through the launcher's code) stays a process of its own.
+    let launchers_words = |m: &str| m.contains("ChildFailedError") || m.contains("processes exited with non-zero") || m.contains("CalledProcessError");
+    let workers_own = |e: &coroner_model::Event| match &e.kind {
+        EventKind::Exception { message, frames, .. } => {
+            !launchers_words(message) && !frames.iter().any(|f| LAUNCHER_CODE.iter().any(|l| f.file.contains(l)))
+        }
+        // An exception's last line pasted without its traceback: `torch.cuda.OutOfMemoryError: ...`.
+        EventKind::ErrorLine { message } => {
+            let ty = message.split(':').next().unwrap_or("");
+            let is_type = !ty.is_empty() && ty.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_') && (ty.ends_with("Error") || ty.ends_with("Exception"));
+            is_type && !launchers_words(message)
+        }
+        _ => false,
+    };
+    let unknown: Vec<Rank> = evidence.ranks.iter().filter(|(r, ev)| r.is_unknown() && ev.events.iter().any(workers_own)).map(|(r, _)| *r).collect();
+    let silent_ended: Vec<Rank> = evidence
+        .ends
+        .iter()
+        .map(|e| e.rank)
+        .filter(|r| !r.is_unknown() && evidence.ranks.get(r).is_none_or(|ev| ev.lines == 0))
+        .collect();
+    let (&[u], &[r]) = (unknown.as_slice(), silent_ended.as_slice()) else { return };
+    let Some(source) = evidence.unknown_sources.get(&u).cloned() else { return };
+    if source.contains(", pid ") {
+        return; // an actor's own process: its pid already names it apart from the launcher's worker
+    }
+    let Some(mut ev) = evidence.ranks.remove(&u) else { return };
+    for e in &mut ev.events {
+        e.rank = Some(r);
+    }
+    evidence.unknown_sources.remove(&u);
+    evidence.ranks.insert(r, ev);
+    let unknown_note = format!("{source}: no file name, prefix or line of its own gives its rank");
+    evidence.notes.retain(|n| !n.starts_with(&unknown_note));
+    evidence.notes.push(format!("{source}: read as rank {r}'s log: its lines name no rank, and the launcher reports that rank {r}, which has no other log, ended"));
+}
+
+/// Decides how a log's lines are filed (pure; see the module doc).
+/// Whether a file's name says it is a kernel log (`dmesg.txt`, `kern.log`, `journalctl-k.out`).
+pub(crate) fn kernel_log_name(source: &str) -> bool {
+    let name = source.rsplit('/').next().unwrap_or(source).to_ascii_lowercase();
+    ["dmesg", "kern.log", "kernel", "journalctl"].iter().any(|k| name.contains(k))
+}
+
+pub(crate) fn decide(lines: &[LogLine]) -> Filing {
+    let mut kernel = 0usize;
+    let mut nonblank = 0usize;
+    let mut prefixed = 0usize;
+    let mut named = BTreeSet::new();
+    for l in lines {
+        let text = l.text();
+        if text.trim().is_empty() {
+            continue;
+        }
+        nonblank += 1;
+        let p = split_rank_prefix(text.as_bytes());
+        let rest = String::from_utf8_lossy(p.rest(text.as_bytes()));
+        kernel += usize::from(looks_like_kernel_line(&rest));
+        match owner_kind(&p) {
+            Owner::Rank => prefixed += 1,
+            Owner::Process(_) => {}
+            Owner::Own => {
+                if let Some(r) = self_described(&rest) {
+                    named.insert(r);
+                }
+            }
+        }
+    }
+    if nonblank > 0 && kernel * 2 > nonblank {
+        return Filing::Kernel;
+    }
+    let learned = if named.len() == 1 { named.first().copied().map(Rank) } else { None };
+    Filing::Process { learned, per_line: named.len() > 1, prefixed, unprefixed: nonblank - prefixed }
+}
+
+/// What a line's prefixes say about its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// A launcher prefix names a rank (global, local or task): the pipeline's demux files it.
+    Rank,
+    /// An actor prefix names a process by pid only (`(RayTrainWorker pid=43515)`).
+    Process(u32),
+    /// Nothing but wrappers (colour codes, container stamps): the log's own process.
+    Own,
+}
+
+pub(crate) fn owner_kind(p: &RankPrefix) -> Owner {
+    match (p.global_rank, p.local_rank, p.task_id, p.pid) {
+        (None, None, None, Some(pid)) => Owner::Process(pid),
+        (None, None, None, None) => Owner::Own,
+        _ => Owner::Rank,
+    }
+}
+
+/// The owner of one line of the log's own process: the rank it names itself when the log names
+/// several, else the log's own process.
+pub(crate) fn owner_of(line: &LogLine, p: &RankPrefix, own: Rank, per_line: bool) -> Rank {
+    if per_line {
+        let text = String::from_utf8_lossy(p.rest(&line.bytes));
+        // `what(): [Rank 0] ...` continues the `terminate called ...` line before it: the
+        // record stays whole on the log's own process.
+        if !text.trim_start().starts_with("what()") {
+            if let Some(r) = self_described(&text) {
+                return Rank(r);
+            }
+        }
+    }
+    own
+}
+
+/// Whether an event of a process of unknown rank belongs to no rank: what a launcher, a
+/// scheduler or the kernel printed into the same log (its own lines are filed there too).
+pub(crate) fn belongs_to_no_rank(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::LauncherWorkerFailed(_)
+            | EventKind::LauncherSignal { .. }
+            | EventKind::Xid { .. }
+            | EventKind::OomKill { .. }
+            | EventKind::SchedulerEnd { .. }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coroner_model::Stream;
+
+    fn lines(texts: &[&str]) -> Vec<LogLine> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| LogLine { rank: None, stream: Stream::File, seq: i as u64, capture_ns: 0, bytes: t.as_bytes().to_vec() })
+            .collect()
+    }
+
+    #[test]
+    fn a_dmesg_excerpt_is_a_kernel_log() {
+        let l = lines(&["[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641", "[Fri Jan 29 23:42:35 2021] NVRM: Xid (PCI:0000:db:00): 43, pid=13641", "some wrapped tail"]);
+        assert_eq!(decide(&l), Filing::Kernel);
+    }
+
+    #[test]
+    fn a_kernel_log_by_name() {
+        assert!(kernel_log_name("logs/dmesg.txt") && kernel_log_name("kern.log") && kernel_log_name("journalctl-k.out"));
+        assert!(!kernel_log_name("train.log") && !kernel_log_name("rank3.log"));
+    }
+
+    #[test]
+    fn a_log_whose_lines_name_one_rank_is_that_ranks() {
+        let l = lines(&["Traceback (most recent call last):", "[E ProcessGroupNCCL.cpp:587] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600100 milliseconds before timing out."]);
+        assert_eq!(decide(&l), Filing::Process { learned: Some(Rank(3)), per_line: false, prefixed: 0, unprefixed: 2 });
+    }
+
+    #[test]
+    fn a_log_whose_lines_name_several_ranks_files_each_such_line_under_its_rank() {
+        let l = lines(&[
+            "[E ProcessGroupNCCL.cpp:587] [Rank 1] Watchdog caught collective operation timeout",
+            "[E ProcessGroupNCCL.cpp:587] [Rank 0] Watchdog caught collective operation timeout",
+            "terminate called after throwing an instance of 'std::runtime_error'",
+        ]);
+        let f = decide(&l);
+        assert_eq!(f, Filing::Process { learned: None, per_line: true, prefixed: 0, unprefixed: 3 });
+        let none = RankPrefix::default();
+        assert_eq!(owner_of(&l[0], &none, Rank::unknown(0), true), Rank(1));
+        assert_eq!(owner_of(&l[2], &none, Rank::unknown(0), true), Rank::unknown(0));
+    }
+
+    #[test]
+    fn a_log_that_names_no_rank_is_one_process_of_unknown_rank() {
+        let l = lines(&["[rank1]: Traceback (most recent call last):", "RuntimeError: Error(s) in loading state_dict for Net:"]);
+        assert_eq!(decide(&l), Filing::Process { learned: None, per_line: false, prefixed: 1, unprefixed: 1 });
+    }
+}
