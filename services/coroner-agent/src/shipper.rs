@@ -355,6 +355,8 @@ impl Shipper {
         let mut next_connect = Instant::now();
         let mut backoff = Duration::from_millis(200);
         let mut warned = false;
+        // No server has answered this agent yet: at the end, nothing is worth waiting for.
+        let mut never_connected = true;
         let mut next_probe = Instant::now();
         let mut finishing: Option<Finish> = None;
         let mut exit_spooled = false;
@@ -373,6 +375,7 @@ impl Shipper {
                                     tracing::info!("reconnected to {}", self.cfg.server);
                                 }
                                 warned = false;
+                                never_connected = false;
                                 backoff = Duration::from_millis(200);
                                 self.on_connected(&c);
                                 if let Some(w) = &self.conn_watch {
@@ -468,9 +471,11 @@ impl Shipper {
             }
             if let Some(f) = &finishing {
                 let done = self.pending.is_empty() && self.queue.is_empty() && exit_state == ExitState::Acked;
-                // No server to wait for: the spool holds everything (lines and the end) already,
-                // and holding the launcher for the linger would buy nothing.
-                let unreachable = conn.is_none() && warned && self.queue.is_empty() && self.spool.is_some() && !self.spool_full;
+                // No server ever answered: the spool holds everything (lines and the end) already,
+                // and holding the launcher for the linger would buy nothing. (A server that
+                // answered before and went away is retried until the linger: it may be a restart
+                // or another instance taking the job over.)
+                let unreachable = conn.is_none() && warned && never_connected && self.queue.is_empty() && self.spool.is_some() && !self.spool_full;
                 if done || unreachable || Instant::now() >= f.deadline {
                     break;
                 }
