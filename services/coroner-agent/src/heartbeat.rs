@@ -7,7 +7,7 @@
 //! - PyTorch's flight recorder, by writing to its dump pipe (`TORCH_NCCL_DEBUG_INFO_PIPE_FILE`,
 //!   which the agent sets for the child); the dump lands in the watched flight recorder folder.
 
-use crate::shipper::open_channel;
+use crate::connection::open_channel;
 use coroner_proto::v1::{liveness_client::LivenessClient, HeartbeatRequest};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,7 +34,7 @@ pub async fn run(s: Settings) {
         tokio::time::sleep(PERIOD).await;
         if client.is_none() {
             // Any instance will do: one that does not own the job passes the heartbeat on.
-            let first = crate::shipper::servers(&s.server).first().copied().unwrap_or_default();
+            let first = crate::connection::servers(&s.server).first().copied().unwrap_or_default();
             client = open_channel(first).await.ok().map(LivenessClient::new);
         }
         let Some(c) = client.as_mut() else { continue };

@@ -2,11 +2,12 @@
 //! unacknowledged batches and its process end, under the earlier agent's own session identity
 //! (its `agent_instance`), so the server files them exactly as if that agent had delivered them.
 
-use crate::shipper::{base_from, base_of, connect, prepare_lines, AckEvent, OFFSET_KEY};
+use crate::connection::{connect, AckEvent};
+use crate::seq_base::{prepare_lines, SeqBase};
 use crate::spool::{read_spool, Record, SpoolWriter};
 use crate::wire::Outgoing;
 use coroner_proto::v1;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -35,7 +36,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) -> bool {
     // The earlier agent's lane, when it learnt one (a spool it never shipped from gets a new one).
     let mut request = contents.session.clone();
     request.seq_lanes = true;
-    request.seq_offset = contents.base().map(|b| base_of(&b, OFFSET_KEY));
+    request.seq_offset = contents.base().map(|b| b.offset());
     let (conn, mut acks) = match connect(channel, request).await {
         Ok(c) => c,
         Err(e) => {
@@ -53,7 +54,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) -> bool {
     let base = match contents.base() {
         Some(b) => b,
         None => {
-            let b = base_from(&conn.resume_from, conn.seq_offset);
+            let b = SeqBase::from_session(&conn.resume_from, conn.seq_offset);
             let _ = writer.append(&Record::Base(b.clone()), true);
             b
         }
@@ -62,10 +63,9 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) -> bool {
     let mut outstanding = HashSet::new();
     let mut lines_sent = 0;
     let deadline = tokio::time::Instant::now() + REPLAY_TIMEOUT;
-    let rebased = HashMap::new();
     for spooled in &unacked.batches {
         let b = &spooled.batch;
-        let lines = prepare_lines(&b.lines, rank, if spooled.rebased { &rebased } else { &base }, &conn.resume_from);
+        let lines = prepare_lines(&b.lines, rank, (!spooled.rebased).then_some(&base), &conn.resume_from);
         if lines.is_empty() {
             let _ = writer.append(&Record::Ack(b.batch_id), false);
             continue;
