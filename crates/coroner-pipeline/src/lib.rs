@@ -4,7 +4,6 @@
 //! It owns the stateful per-(rank, stream) parsers, files launcher lines under their worker's rank,
 //! and accumulates the [`JobEvidence`] the pure analysis reads. No IO.
 
-mod demux;
 #[cfg(test)]
 mod push_log_tests;
 mod unranked;
@@ -15,16 +14,15 @@ use coroner_model::{
     ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary,
     Stream, SuspectedHang, Verdict,
 };
-use coroner_parse::RankParser;
+use coroner_parse::{RankFiler, RankParser};
 use std::collections::BTreeMap;
-
-pub use demux::Demux;
 
 /// A job's state between lines and report.
 pub struct JobPipeline {
     evidence: JobEvidence,
     parsers: BTreeMap<(Option<Rank>, Stream), RankParser>,
-    demux: Demux,
+    /// Files a launcher's lines under the ranks their prefixes name.
+    filer: RankFiler,
     /// Ends reported first-hand (by an agent or an exits file) win over a launcher's table.
     first_hand_ends: BTreeMap<Rank, ProcessEnd>,
     /// A per-node launcher (torchrun) exited 0: it does so only when every worker did.
@@ -42,7 +40,7 @@ impl JobPipeline {
         JobPipeline {
             evidence: JobEvidence { job_id: job_id.to_string(), ..Default::default() },
             parsers: BTreeMap::new(),
-            demux: Demux::default(),
+            filer: RankFiler::default(),
             first_hand_ends: BTreeMap::new(),
             launcher_succeeded: false,
             live: None,
@@ -91,7 +89,7 @@ impl JobPipeline {
 
     /// For a per-node launcher's lines: the global rank of local rank 0 on that node.
     pub fn set_node_rank_base(&mut self, base: u32) {
-        self.demux.set_base(base);
+        self.filer.set_base(base);
     }
 
     pub fn set_host(&mut self, rank: Rank, host: &str) {
@@ -106,7 +104,7 @@ impl JobPipeline {
     /// Feeds one captured line. A line without an owner is filed by its launcher prefix, if any.
     pub fn push_line(&mut self, mut line: LogLine) {
         if line.rank.is_none() {
-            line.rank = self.demux.owner(&line.bytes);
+            line.rank = self.filer.owner(&line.bytes);
         }
         match line.rank {
             Some(rank) => {
@@ -246,7 +244,7 @@ impl JobPipeline {
         for e in &events {
             if let EventKind::LauncherWorkerFailed(f) = &e.kind {
                 if let (Some(g), Some(l)) = (f.global_rank, f.local_rank) {
-                    self.demux.learn(l, g.0);
+                    self.filer.learn(l, g.0);
                 }
             }
         }
@@ -258,7 +256,7 @@ impl JobPipeline {
                 events.into_iter().partition(|e| matches!(&e.kind, EventKind::GpuSample(s) if s.index.is_some()));
             for e in samples {
                 let owner = match &e.kind {
-                    EventKind::GpuSample(s) => s.index.and_then(|i| self.demux.global_of(i)),
+                    EventKind::GpuSample(s) => s.index.map(|i| self.filer.global_of(i)),
                     _ => None,
                 };
                 file_into(&mut self.evidence, owner, vec![e]);
@@ -274,7 +272,7 @@ impl JobPipeline {
         let mut ends = self.first_hand_ends.clone();
         for e in &evidence.unowned {
             if let EventKind::LauncherWorkerFailed(f) = &e.kind {
-                let rank = f.global_rank.or_else(|| f.local_rank.and_then(|l| self.demux.global_of(l)));
+                let rank = f.global_rank.or_else(|| f.local_rank.map(|l| self.filer.global_of(l)));
                 if let Some(rank) = rank {
                     ends.entry(rank).or_insert(ProcessEnd {
                         rank,

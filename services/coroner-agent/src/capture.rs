@@ -15,7 +15,7 @@
 //! wall-clock time of the read that delivered the line's first byte. A line longer than
 //! [`MAX_LINE`] is passed through whole but shipped truncated, with a marker suffix.
 
-use crate::launcher::RankFiler;
+use coroner_parse::RankFiler;
 use crate::queue::{Line, LineQueue};
 use bytes::{Bytes, BytesMut};
 use coroner_model::Stream;
@@ -146,7 +146,7 @@ impl Sequencer {
         let mut own = if self.filer.is_none() { self.next_seq.get(&(None, stream)).copied() } else { None };
         let Sequencer { filer, next_seq, queue } = self;
         queue.push_all(lines.into_iter().map(|line| {
-            let rank = filer.as_mut().and_then(|f| f.file(&line.bytes));
+            let rank = filer.as_mut().and_then(|f| f.owner(&line.bytes)).map(|r| r.0);
             let seq = match (&mut own, rank) {
                 (Some(n), None) => n,
                 _ => next_seq.entry((rank, stream)).or_insert(0),

@@ -20,7 +20,7 @@
 use crate::capture::{self, now_ns, Capture, Sequencer};
 use crate::chunks::Entry;
 use crate::feed::{self, End, Record};
-use crate::launcher::RankFiler;
+use coroner_parse::RankFiler;
 use crate::plan::Plan;
 use crate::queue::LineQueue;
 use crate::{collect, gpu_sampler, heartbeat, relay, shipper, snapshots, spool};
