@@ -324,10 +324,7 @@ fn load_stdin(sink: &mut dyn Sink, summary: &mut LoadSummary) -> Result<(), Bund
         .read_to_end(&mut bytes)
         .map_err(|e| BundleError::Io { path: PathBuf::from("-"), source: e })?;
     summary.files += 1;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as Nanos)
-        .unwrap_or(0);
+    let now = coroner_model::now_ns();
     load_log_bytes("standard input", &bytes, None, Stream::File, now, sink, summary);
     Ok(())
 }

@@ -4,6 +4,16 @@
 /// Nanoseconds since the Unix epoch, on some host's clock.
 pub type Nanos = i64;
 
+/// Nanoseconds since the Unix epoch by this host's wall clock (negative before 1970, saturating
+/// beyond what an `i64` holds). The one place the workspace reads the wall clock as a number.
+pub fn now_ns() -> Nanos {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
 /// Formats nanoseconds since the epoch as RFC 3339 in UTC with nanosecond precision,
 /// without pulling a date library into the model crate.
 pub fn format_rfc3339_ns(ns: Nanos) -> String {

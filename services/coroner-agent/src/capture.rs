@@ -18,25 +18,16 @@
 use coroner_parse::RankFiler;
 use crate::queue::{Line, LineQueue};
 use bytes::{Bytes, BytesMut};
-use coroner_model::Stream;
+use coroner_model::{now_ns, Stream};
 use coroner_proto::convert::stream_to_wire;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The longest line shipped whole (1 MiB, the limit the server and the bundle reader keep too).
 pub const MAX_LINE: usize = coroner_model::MAX_LINE_BYTES;
 /// One read from a pipe (the pipe's own buffer is 64 KiB on Linux).
 const READ_SIZE: usize = 64 * 1024;
-
-/// Nanoseconds since the Unix epoch by this host's wall clock.
-pub fn now_ns() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
-    }
-}
 
 /// One complete line as split from a pipe.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -41,7 +41,7 @@ pub async fn run(s: Settings) {
         let req = HeartbeatRequest {
             job_id: s.job.clone(),
             rank: s.rank,
-            at_ns: now_ns(),
+            at_ns: coroner_model::now_ns(),
             cpu_ns: cpu_time_ns(s.pid),
             gpu_util_pct: None,
             io_bytes: io_bytes(s.pid),
@@ -62,10 +62,6 @@ pub async fn run(s: Settings) {
             }
         }
     }
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 /// User plus system CPU time of a process, from `/proc/<pid>/stat`.

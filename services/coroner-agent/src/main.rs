@@ -163,7 +163,7 @@ fn main() {
     let code = match cli.command {
         Cmd::Run(args) => {
             init_tracing(args.quiet);
-            let plan = plan::Plan::resolve(&args, |k| std::env::var(k).ok(), &identity::hostname(), std::process::id(), capture::now_ns());
+            let plan = plan::Plan::resolve(&args, |k| std::env::var(k).ok(), &identity::hostname(), std::process::id(), coroner_model::now_ns());
             for note in &plan.notes {
                 tracing::warn!("{note}");
             }

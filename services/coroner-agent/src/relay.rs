@@ -129,7 +129,7 @@ pub fn relay(src: OwnedFd, dst: RawFd, stream: coroner_model::Stream, progress: 
             }
         }
         let n = n as usize;
-        let now = crate::capture::now_ns();
+        let now = coroner_model::now_ns();
         let mut buf = BytesMut::zeroed(n);
         if read_exact(aux_r.as_raw_fd(), &mut buf).is_err() {
             break;

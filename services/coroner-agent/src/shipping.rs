@@ -17,14 +17,14 @@
 //! stderr (so whoever reads them to their end is not held) and lets a collection or upload still
 //! under way finish, for at most [`COLLECT_LIMIT`] more.
 
-use crate::capture::{self, now_ns, Capture, Sequencer};
+use crate::capture::{self, Capture, Sequencer};
 use crate::chunks::Entry;
 use crate::feed::{self, End, Record};
 use coroner_parse::RankFiler;
 use crate::plan::Plan;
 use crate::queue::LineQueue;
 use crate::{collect, gpu_sampler, heartbeat, relay, shipper, snapshots, spool};
-use coroner_model::Stream;
+use coroner_model::{now_ns, Stream};
 use coroner_proto::v1;
 use std::fs::File;
 use std::os::fd::{FromRawFd, RawFd};

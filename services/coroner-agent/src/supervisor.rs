@@ -22,7 +22,8 @@
 //! the pass-through (see `shipping.rs`), so the child never gets a broken pipe.
 //! ARCHITECTURE.md, "The agent's processes", says why this design and not another.
 
-use crate::capture::{self, now_ns};
+use crate::capture;
+use coroner_model::now_ns;
 use crate::chunks::{ChunkQueue, Entry};
 use crate::relay;
 use crate::feed::{self, End};

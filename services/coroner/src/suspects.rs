@@ -22,10 +22,7 @@ pub fn parse_since(s: &str, now_ns: i64) -> anyhow::Result<i64> {
 }
 
 pub async fn run(server: &str, since: Option<&str>, all: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
+    let now = coroner_model::now_ns();
     let since_ns = since.map(|s| parse_since(s, now)).transpose()?;
     let mut client = connect(server).await?;
     let list: Vec<Suspect> = client

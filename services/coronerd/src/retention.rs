@@ -50,10 +50,7 @@ pub fn spawn(jobs: Arc<Jobs>, retention: Duration, shutdown: CancellationToken) 
 
 /// Deletes the jobs last seen before now minus `retention`; returns how many.
 pub async fn sweep(jobs: &Jobs, retention: Duration) -> Result<usize, crate::error::ServiceError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
+    let now = coroner_model::now_ns();
     let cutoff = now.saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
     let gone = jobs.store.expire_jobs(cutoff).await?;
     for id in &gone {
