@@ -232,13 +232,7 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
     }
     warn_unknown(dir, &files, summary);
     for s in scan_snapshots(dir, &mut summary.warnings) {
-        if let Some((rank, rows)) = s.fr_progress {
-            sink.fr_progress(rank, rows);
-        }
-        if !s.hardware.is_empty() {
-            sink.hardware(s.summary.rank, s.hardware);
-        }
-        sink.snapshot(s.summary, dir);
+        sink.snapshot(s.summary, s.facts, dir);
     }
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! A bundle's snapshot folders: `snapshots/`, `flight_recorder/` and `host/`. Each file is listed
-//! with its size, sha256 and the highlights the snapshot readers find in it. A file they cannot
-//! read gets an `unreadable: ...` highlight; it never fails the load. Folders, links out of the
+//! with its size, sha256 and what the snapshot readers find in it (`coroner_snapshot::facts`). A
+//! file they cannot read gets an `unreadable: ...` highlight; it never fails the load. Folders, links out of the
 //! bundle and special files are skipped with a warning.
 
-use coroner_model::{EventKind, PgId, Rank, SeqNo, SnapshotSummary};
+use coroner_model::{Rank, SnapshotSummary};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -19,29 +19,11 @@ fn rank_of(name: &str) -> Option<Rank> {
     digits.parse().ok().map(Rank)
 }
 
-/// Flight recorder progress of one dump: (process group, last enqueued, started, completed).
-pub type FrRows = Vec<(PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>)>;
-
-/// A snapshot file read from a bundle.
+/// A snapshot file read from a bundle: its summary (highlights empty) and what the readers
+/// made of it.
 pub struct Scanned {
     pub summary: SnapshotSummary,
-    /// For a readable flight recorder dump of a known rank.
-    pub fr_progress: Option<(Rank, FrRows)>,
-    /// Hardware lines (kernel log, nvidia-smi) for the correlation engine.
-    pub hardware: Vec<(EventKind, String)>,
-}
-
-/// What the readers make of one file: highlights, progress for a flight recorder dump, and
-/// hardware lines.
-pub fn read_snapshot(kind: &str, name: &str, rank: Option<Rank>, bytes: &[u8]) -> (Vec<String>, Option<(Rank, FrRows)>, Vec<(EventKind, String)>) {
-    let facts = coroner_snapshot::facts(kind, name, bytes, bytes.len() as u64);
-    let progress = match rank {
-        Some(r) if !facts.fr_progress.is_empty() => {
-            Some((r, facts.fr_progress.into_iter().map(|p| (p.pg, p.last_enqueued, p.last_started, p.last_completed)).collect()))
-        }
-        _ => None,
-    };
-    (facts.highlights, progress, facts.hardware)
+    pub facts: coroner_snapshot::Facts,
 }
 
 pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
@@ -67,19 +49,17 @@ pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             match std::fs::read(&path) {
                 Ok(bytes) => {
-                    let (rank, kind) = (rank_of(&name), kind_of(folder, &name));
-                    let (highlights, fr_progress, hardware) = read_snapshot(kind, &name, rank, &bytes);
+                    let kind = kind_of(folder, &name);
                     out.push(Scanned {
                         summary: SnapshotSummary {
-                            rank,
+                            rank: rank_of(&name),
                             kind: kind.to_string(),
                             name: format!("{folder}/{name}"),
                             size: bytes.len() as u64,
                             sha256: hex::encode(Sha256::digest(&bytes)),
-                            highlights,
+                            highlights: Vec::new(),
                         },
-                        fr_progress,
-                        hardware,
+                        facts: coroner_snapshot::facts(kind, &name, &bytes, bytes.len() as u64),
                     });
                 }
                 Err(e) => warnings.push(format!("skipped snapshot {}: {e}", path.display())),
@@ -115,8 +95,8 @@ mod tests {
         let s = scan_snapshots(dir.path(), &mut warnings);
         assert!(warnings.is_empty());
         assert_eq!(s.len(), 2);
-        assert!(s[0].summary.highlights[0].starts_with("reason: Fatal Python error: Aborted"), "{:?}", s[0].summary.highlights);
-        assert!(s[1].summary.highlights[0].starts_with("unreadable: pickle: truncated"), "{:?}", s[1].summary.highlights);
-        assert!(s[1].fr_progress.is_none());
+        assert!(s[0].facts.highlights[0].starts_with("reason: Fatal Python error: Aborted"), "{:?}", s[0].facts.highlights);
+        assert!(s[1].facts.highlights[0].starts_with("unreadable: pickle: truncated"), "{:?}", s[1].facts.highlights);
+        assert!(s[1].facts.fr_progress.is_empty());
     }
 }

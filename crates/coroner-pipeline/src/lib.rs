@@ -154,6 +154,19 @@ impl JobPipeline {
         self.evidence.snapshots.push(s);
     }
 
+    /// A snapshot file and what its readers made of it (`coroner_snapshot::facts`): the one way
+    /// snapshot facts enter the evidence, offline (a bundle's folders) and online (an upload, a
+    /// recovery). Its flight recorder progress goes to its rank (when it has one), its hardware
+    /// lines to the correlation, its highlights after those `summary` has.
+    pub fn add_snapshot_facts(&mut self, mut summary: SnapshotSummary, facts: coroner_snapshot::Facts) {
+        if let Some(rank) = summary.rank {
+            self.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
+        }
+        self.add_hardware_lines(summary.rank, facts.hardware);
+        summary.highlights.extend(facts.highlights);
+        self.add_snapshot(summary);
+    }
+
     /// Collective progress one rank's flight recorder dump shows: per process group, the last
     /// enqueued, started and completed collective. A later dump of the same rank adds to it.
     pub fn add_fr_progress(&mut self, rank: Rank, rows: impl IntoIterator<Item = (PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>)>) {
