@@ -233,20 +233,11 @@ fn number(value: Option<&str>, what: &str, notes: &mut Vec<String>) -> Option<u3
     }
 }
 
-/// A duration as `humantime` writes it (`2s`, `500ms`, `1m 30s`) or a number of seconds (`1.5`).
-pub fn parse_duration(v: &str) -> Result<Duration, String> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).map_err(|e| e.to_string());
-    }
-    humantime::parse_duration(v).map_err(|e| e.to_string())
-}
-
 fn duration(v: &str, what: &str, notes: &mut Vec<String>) -> Option<Duration> {
-    match parse_duration(v) {
+    match coroner_model::parse_duration(v) {
         Ok(d) => Some(d),
         Err(e) => {
-            notes.push(format!("{what} {v:?} is not a duration ({e}); using the default"));
+            notes.push(format!("{what}: {e}; using the default"));
             None
         }
     }
@@ -338,10 +329,6 @@ pub(crate) mod tests {
     fn sizes_and_durations_take_units() {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
-        assert!(parse_duration("soon").is_err());
         let a = args(&["coroner-agent", "run", "--job", "j", "--flush-timeout", "1", "--", "x"]);
         assert_eq!(Plan::resolve(&a, env_of(&[]), "vm", 7, NS).linger(), Duration::from_secs(1), "--flush-timeout is --linger's old name");
     }

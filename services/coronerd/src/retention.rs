@@ -11,22 +11,6 @@ use tokio_util::sync::CancellationToken;
 /// The longest wait between two sweeps.
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// A duration as `30d`, `2w`, `12h`, `90m`, `45s` or a plain number of seconds; `0` is none.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len()));
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration: use 30d, 12h, 90m, 45s or 0"))?;
-    let secs = match unit.trim() {
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86_400.0,
-        "w" => 7.0 * 86_400.0,
-        other => return Err(format!("{s:?}: unknown unit {other:?}; use s, m, h, d or w")),
-    };
-    Duration::try_from_secs_f64(v * secs).map_err(|e| format!("{s:?} is not a usable duration: {e}"))
-}
-
 /// Sweeps now and then every so often until shutdown; does nothing when `retention` is zero.
 pub fn spawn(jobs: Arc<Jobs>, retention: Duration, shutdown: CancellationToken) {
     if retention.is_zero() {
@@ -57,22 +41,4 @@ pub async fn sweep(jobs: &Jobs, retention: Duration) -> Result<usize, crate::err
         jobs.forget(id).await?;
     }
     Ok(gone.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_read_like_people_write_them() {
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
-        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(43_200)));
-        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("10y").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("soon").unwrap_err().contains("not a duration"));
-    }
 }
