@@ -384,9 +384,7 @@ fn indexed(rank: u32, l: &v1::LogLine) -> IndexedLine {
             .unwrap_or(coroner_model::Stream::File),
         seq: l.seq,
         capture_ns: l.capture_ns,
-        printed_ns: None,
         host: crate::synth::host(rank),
-        kind: "line".to_string(),
         severity: coroner_parse::severity(&l.raw).as_str().to_string(),
         bytes: l.raw.clone(),
     }

@@ -210,9 +210,7 @@ fn doc<'a>(l: &'a LogLine, host: &'a str) -> LineRef<'a> {
         stream: l.stream,
         seq: l.seq,
         capture_ns: l.capture_ns,
-        printed_ns: None,
         host,
-        kind: "line",
         severity: coroner_parse::severity(&l.bytes).as_str(),
         bytes: &l.bytes,
     }

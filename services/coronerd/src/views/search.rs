@@ -116,7 +116,6 @@ pub async fn search(jobs: &Jobs, job: &Arc<Job>, p: SearchParams) -> Result<Sear
         host: nonempty(p.host),
         stream,
         severity: nonempty(p.severity),
-        kind: None,
         capture_windows,
         order_offsets: Some(clocks.iter().map(|(k, (o, _))| (*k, *o)).collect()),
         only_lines,
