@@ -94,8 +94,8 @@ pub fn diagnose<'a>(
         };
     }
 
-    let strong: Vec<&Finding> = findings.iter().filter(|f| f.confidence >= STRONG).collect();
-    let pool: Vec<&Finding> = if strong.is_empty() { findings.iter().collect() } else { strong };
+    let strong: Vec<&Finding<'_>> = findings.iter().filter(|f| f.confidence >= STRONG).collect();
+    let pool: Vec<&Finding<'_>> = if strong.is_empty() { findings.iter().collect() } else { strong };
     if let Some(first) = pool.first() {
         let mut confidence = first.confidence;
         let mut note = None;

@@ -279,7 +279,7 @@ fn warn_unknown(dir: &Path, files: &[PathBuf], summary: &mut LoadSummary) {
 fn load_torchrun_logs(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) {
     let runs: Vec<PathBuf> = list(dir).into_iter().filter(|p| summary.scope.classify(p) == Entry::Dir).collect();
     for run in runs {
-        let Some(attempt) = list(&run).into_iter().filter(|p| file_name(p).starts_with("attempt_")).last() else { continue };
+        let Some(attempt) = list(&run).into_iter().rfind(|p| file_name(p).starts_with("attempt_")) else { continue };
         for local in list(&attempt) {
             let Ok(l) = file_name(&local).parse::<u32>() else { continue };
             for (name, stream) in [("stdout.log", Stream::Stdout), ("stderr.log", Stream::Stderr)] {

@@ -277,7 +277,7 @@ impl JobIndex {
                 }
                 match chunk.last() {
                     Some((last, _)) if chunk.len() == REPLAY_CHUNK && *last < u64::MAX => {
-                        from = last + 1
+                        from = last + 1;
                     }
                     _ => break,
                 }

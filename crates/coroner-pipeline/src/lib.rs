@@ -106,14 +106,11 @@ impl JobPipeline {
         if line.rank.is_none() {
             line.rank = self.filer.owner(&line.bytes);
         }
-        match line.rank {
-            Some(rank) => {
-                let ev = self.evidence.rank_mut(rank);
-                ev.lines += 1;
-                ev.first_capture_ns = Some(ev.first_capture_ns.map_or(line.capture_ns, |t| t.min(line.capture_ns)));
-                ev.last_capture_ns = Some(ev.last_capture_ns.map_or(line.capture_ns, |t| t.max(line.capture_ns)));
-            }
-            None => {}
+        if let Some(rank) = line.rank {
+            let ev = self.evidence.rank_mut(rank);
+            ev.lines += 1;
+            ev.first_capture_ns = Some(ev.first_capture_ns.map_or(line.capture_ns, |t| t.min(line.capture_ns)));
+            ev.last_capture_ns = Some(ev.last_capture_ns.map_or(line.capture_ns, |t| t.max(line.capture_ns)));
         }
         if let (Some(live), Some(rank)) = (&mut self.live, line.rank) {
             // The agent's own GPU samples are liveness, not the rank speaking: a hung rank's

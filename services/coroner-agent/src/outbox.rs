@@ -263,7 +263,7 @@ impl Outbox {
             });
         }
         // Over the memory limit: forget the oldest spooled batches' bytes (read back to resend).
-        for p in self.pending.iter_mut() {
+        for p in &mut self.pending {
             if self.mem_bytes <= self.limits.max_unacked_bytes {
                 break;
             }

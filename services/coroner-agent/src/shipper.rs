@@ -86,8 +86,10 @@ pub struct Summary {
     pub spool_kept: Option<PathBuf>,
 }
 
-/// A connection's client and session id, as the shipper publishes them.
-pub type ConnWatch = tokio::sync::watch::Receiver<Option<(IngestClient<Channel>, String)>>;
+/// The latest connection's client and session id, as the shipper publishes them.
+pub type Published = Option<(IngestClient<Channel>, String)>;
+/// Where the shipper's connections are seen (the snapshot uploads use them).
+pub type ConnWatch = tokio::sync::watch::Receiver<Published>;
 
 /// What background tasks tell the shipper; each carries the connection generation it belongs
 /// to where a later connection makes it stale.
@@ -176,7 +178,7 @@ pub struct Shipper {
     ending: Ending,
     events_tx: mpsc::UnboundedSender<Event>,
     /// Where each new connection's client and session are published (for snapshot uploads).
-    conn_watch: Option<tokio::sync::watch::Sender<Option<(IngestClient<Channel>, String)>>>,
+    conn_watch: Option<tokio::sync::watch::Sender<Published>>,
 }
 
 impl Shipper {

@@ -280,7 +280,7 @@ impl SpoolWriter {
         self.read_exact_at(&mut head, offset)?;
         let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
         let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
-        if len < 1 || len > MAX_RECORD {
+        if !(1..=MAX_RECORD).contains(&len) {
             return Err(bad(format!("implausible record length {len} at offset {offset}")));
         }
         let mut body = vec![0u8; len as usize];
@@ -364,7 +364,7 @@ impl SpoolContents {
             match r {
                 Record::Batch(b) if !acked.contains(&b.batch_id) => out.batches.push(SpooledBatch { batch: b.clone(), rebased: false }),
                 Record::RebasedBatch(b) if !acked.contains(&b.batch_id) => {
-                    out.batches.push(SpooledBatch { batch: b.clone(), rebased: true })
+                    out.batches.push(SpooledBatch { batch: b.clone(), rebased: true });
                 }
                 Record::Exit(e) => out.exit = Some(e.clone()),
                 Record::ExitAcked => exit_acked = true,

@@ -485,7 +485,7 @@ fn dup_cloexec(fd: RawFd) -> std::io::Result<OwnedFd> {
 }
 
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
+    let mut fds: [libc::c_int; 2] = [0; 2];
     // SAFETY: pipe2 writes two new descriptors into the array, which we then own.
     let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
     if rc != 0 {

@@ -151,12 +151,12 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         eprintln!("coroner-bench load: coronerd at {} (HTTP {}), its log in {}", server.grpc, server.http, tmp.path().join("coronerd.log").display());
     }
 
-    let job = format!("load-{}", std::process::id() as u64 * 1000 + (chrono_like_ms() % 1000));
+    let job = format!("load-{}", u64::from(std::process::id()) * 1000 + (chrono_like_ms() % 1000));
     let total = u64::from(args.agents) * args.lines;
     let acked_total = Arc::new(AtomicU64::new(0));
     let partition = if args.cut > 0 { Some(partition::Partition::start(server.grpc).await.context("start the partition relay")?) } else { None };
     let give_up = Instant::now() + args.timeout;
-    let cut_every = if args.cut > 0 { (args.agents / args.cut).max(1) } else { u32::MAX };
+    let cut_every = args.agents.checked_div(args.cut).map_or(u32::MAX, |n| n.max(1));
     let mut tasks = Vec::new();
     let mut cut_agents = 0;
     for rank in 0..args.agents {
@@ -232,7 +232,7 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
             return 0.0;
         }
         let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        round(latencies[i] as f64 / 1000.0)
+        round(f64::from(latencies[i]) / 1000.0)
     };
     let first = tallies.iter().filter_map(|t| t.first_send).min();
     let last = tallies.iter().filter_map(|t| t.last_ack).max();
