@@ -151,7 +151,7 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         eprintln!("coroner-bench load: coronerd at {} (HTTP {}), its log in {}", server.grpc, server.http, tmp.path().join("coronerd.log").display());
     }
 
-    let job = format!("load-{}", u64::from(std::process::id()) * 1000 + (chrono_like_ms() % 1000));
+    let job = format!("load-{}", u64::from(std::process::id()) * 1000 + (coroner_model::now_ns() / 1_000_000 % 1000).unsigned_abs());
     let total = u64::from(args.agents) * args.lines;
     let acked_total = Arc::new(AtomicU64::new(0));
     let partition = if args.cut > 0 { Some(partition::Partition::start(server.grpc).await.context("start the partition relay")?) } else { None };
@@ -280,10 +280,6 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         server_rss_end_mb: round(rss_end),
         problems,
     })
-}
-
-fn chrono_like_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 fn round(x: f64) -> f64 {
