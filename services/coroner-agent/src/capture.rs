@@ -345,7 +345,7 @@ mod tests {
     fn pump_passes_bytes_through_unchanged_and_sequences_lines() {
         let queue = Arc::new(LineQueue::new(100, 1 << 20));
         let seq = Arc::new(Mutex::new(Sequencer::new(Some(RankFiler::new(0)), queue.clone())));
-        let input: &[u8] = b"[rank1]:a\nlauncher\n[default1]:b\n\xff partial";
+        let input: &[u8] = b"[rank1]:a\nlauncher\n[default1]:b\n2: srun label\n\xff partial";
         let mut out = Vec::new();
         let mut capture = Capture::new(Stream::Stderr, seq);
         pump(input, &mut out, Stream::Stderr, |c, ns| capture.chunk(&c, ns));
@@ -353,8 +353,9 @@ mod tests {
         assert_eq!(out, input);
         let lines = queue.drain_all();
         let got: Vec<(Option<u32>, u64)> = lines.iter().map(|l| (l.rank, l.seq)).collect();
-        assert_eq!(got, vec![(Some(1), 0), (None, 0), (Some(1), 1), (None, 1)]);
-        assert_eq!(&lines[3].raw[..], b"\xff partial");
+        // The pipeline's rule (`coroner_parse::RankFiler`): srun's `N: ` names rank N too.
+        assert_eq!(got, vec![(Some(1), 0), (None, 0), (Some(1), 1), (Some(2), 0), (None, 1)]);
+        assert_eq!(&lines[4].raw[..], b"\xff partial");
     }
 
     #[test]
