@@ -4,8 +4,10 @@
 //!
 //! The rule, on the first [`HEAD`] bytes of the line:
 //!
-//! 1. A glog severity at the start, once `[...]:` rank prefixes and a `[` are skipped
-//!    (`E1130 08:59:11.123 ...`, `[rank0]:[E1130 ...`): `E` and `F` are errors, `W` a warning.
+//! 1. A logger's own level decides: a glog severity at the start, once `[...]:` rank prefixes
+//!    and a `[` are skipped (`E1130 08:59:11.123 ...`, `[rank0]:[E1130 ...`): `E` and `F` are
+//!    errors, `W` a warning; NCCL's `NCCL WARN` is a warning and `NCCL INFO` info (`NCCL INFO
+//!    Failed to initialize NET plugin IB` is routine).
 //! 2. Else one of [`ERROR_WORDS`] anywhere in the head, in any case (`ERROR`, `RuntimeError`,
 //!    `Traceback`, `CUDA out of memory`): an error.
 //! 3. Else one of [`WARNING_WORDS`] (`WARN`, `UserWarning`, `NCCL WARN`): a warning.
@@ -53,7 +55,7 @@ pub fn severity(line: &[u8]) -> Severity {
             .expect("fixed patterns build")
     });
     let head = &line[..line.len().min(HEAD)];
-    if let Some(s) = glog_severity(head) {
+    if let Some(s) = glog_severity(head).or_else(|| nccl_severity(head)) {
         return s;
     }
     let mut found = Severity::Info;
@@ -69,6 +71,16 @@ pub fn severity(line: &[u8]) -> Severity {
 /// Whether `line` is an error or a warning.
 pub fn is_important(line: &[u8]) -> bool {
     severity(line) != Severity::Info
+}
+
+/// NCCL's debug lines: `host:pid:tid [dev] NCCL INFO ...` or `... NCCL WARN ...`.
+fn nccl_severity(head: &[u8]) -> Option<Severity> {
+    let at = memchr::memmem::find(head, b" NCCL ")? + 6;
+    match head.get(at..at + 4)? {
+        b"INFO" => Some(Severity::Info),
+        b"WARN" => Some(Severity::Warning),
+        _ => None,
+    }
 }
 
 /// `E`, `W` or `F` followed by four digits (glog's month and day) at the start of the line, once
@@ -120,18 +132,25 @@ mod tests {
         for l in [
             "/opt/x.py:3: UserWarning: deprecated",
             "warning: low disk",
-            "node1:123:456 [0] NCCL WARN Call to ibv_create_qp timed out",
+            "node1:123:456 [0] NCCL WARN Call to ibv_create_qp failed",
             "[default3]:W1130 08:59:11.1 x.cpp:1] slow",
         ] {
             assert_eq!(severity(l.as_bytes()), Severity::Warning, "{l}");
         }
-        // A glog warning that reports an error is a warning: the header decides.
+        // A logger's warning that reports an error is a warning: the header decides.
         assert_eq!(severity(b"W1130 08:59:11.1 x.cpp:1] retrying after error"), Severity::Warning);
     }
 
     #[test]
     fn routine_lines_are_info() {
-        for l in ["step 10 loss 1.0", "Epoch 3: 100%|##########| 50/50", "[rank0]:[I1130 08:59:11 x.cpp:1] init", "Every 10 steps", "[Epoch 3] done"] {
+        for l in [
+            "step 10 loss 1.0",
+            "Epoch 3: 100%|##########| 50/50",
+            "[rank0]:[I1130 08:59:11 x.cpp:1] init",
+            "Every 10 steps",
+            "[Epoch 3] done",
+            "vm:1144:1144 [1] NCCL INFO Failed to initialize NET plugin IB",
+        ] {
             assert_eq!(severity(l.as_bytes()), Severity::Info, "{l}");
             assert!(!is_important(l.as_bytes()));
         }
