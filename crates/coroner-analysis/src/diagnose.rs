@@ -95,6 +95,13 @@ pub fn diagnose<'a>(
     }
 
     let strong: Vec<&Finding> = findings.iter().filter(|f| f.confidence >= STRONG).collect();
+    // Every rank timed out and one issued another collective: that outweighs a weak root (an
+    // error line, a traceback cut before its exception), which the timeouts themselves explain.
+    if strong.is_empty() {
+        if let Some(m) = majority::find(job) {
+            return from_majority(m, rules, clock);
+        }
+    }
     let pool: Vec<&Finding> = if strong.is_empty() { findings.iter().collect() } else { strong };
     if let Some(first) = pool.first() {
         let mut confidence = first.confidence;
@@ -121,27 +128,6 @@ pub fn diagnose<'a>(
             verdict: Verdict::Failed,
             first: Some(first_from(chosen, confidence, note)),
             other_roots: others,
-        };
-    }
-
-    if let Some(m) = majority::find(job) {
-        let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
-        let aligned = m.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
-        return Diagnosis {
-            verdict: Verdict::Failed,
-            first: Some(FirstFinding {
-                rank: m.rank,
-                candidates: m.candidates,
-                class: FaultClass::CollectiveMismatch,
-                confidence: m.confidence,
-                aligned_ns: aligned,
-                summary: m.summary,
-                rule_id: Some("collective-mismatch".to_string()),
-                advice,
-                events: m.events,
-                ordering_note: None,
-            }),
-            other_roots: Vec::new(),
         };
     }
 
@@ -239,6 +225,28 @@ pub fn diagnose<'a>(
     }
 
     Diagnosis { verdict: verdict_without_failure(evidence), first: None, other_roots: Vec::new() }
+}
+
+/// The ranks whose collective differs from the majority at the same point (`majority.rs`).
+fn from_majority<'a>(m: majority::MajorityFinding<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Diagnosis<'a> {
+    let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
+    let aligned = m.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+    Diagnosis {
+        verdict: Verdict::Failed,
+        first: Some(FirstFinding {
+            rank: m.rank,
+            candidates: m.candidates,
+            class: FaultClass::CollectiveMismatch,
+            confidence: m.confidence,
+            aligned_ns: aligned,
+            summary: m.summary,
+            rule_id: Some("collective-mismatch".to_string()),
+            advice,
+            events: m.events,
+            ordering_note: None,
+        }),
+        other_roots: Vec::new(),
+    }
 }
 
 const HANG_ADVICE: &str = "Look at the stuck rank's stack dump (snapshots, or py-spy dump --pid) to see where it waits: data loading, a rank-dependent branch that skips a collective, a deadlock, or a GPU that stopped. Drain its node if its GPU or NIC shows errors.";

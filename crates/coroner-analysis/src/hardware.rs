@@ -220,7 +220,7 @@ mod merge_tests {
     /// Rank 1 went quiet before ALLREDUCE seq 11; rank 0 timed out waiting in it. Both were killed.
     fn hang() -> JobEvidence {
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(2), finished: true, ..Default::default() };
-        let timeout = EventKind::WatchdogTimeout { pg: None, seq: SeqNo(11), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: Some(600_000), elapsed_ms: None };
+        let timeout = EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(11)), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: Some(600_000), elapsed_ms: None };
         let status = |en| EventKind::PgStatus { pg: None, failing_seq: None, last_enqueued: Some(SeqNo(en)), last_started: None, last_completed: Some(SeqNo(10)) };
         ev.ranks.insert(Rank(0), RankEvidence { events: vec![init(0, 1000, "18000"), event(Some(0), 700, Stream::Stderr, timeout), event(Some(0), 701, Stream::Stderr, status(11))], lines: 9, last_capture_ns: Some(T0 + 702_000_000_000), ..Default::default() });
         ev.ranks.insert(Rank(1), RankEvidence { events: vec![init(1, 1001, "3b000"), event(Some(1), 710, Stream::Stderr, status(10))], lines: 9, last_capture_ns: Some(T0 + 710_000_000_000), ..Default::default() });

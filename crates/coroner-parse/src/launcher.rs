@@ -61,7 +61,7 @@ pub fn kubernetes(t: &str) -> Option<EventKind> {
 ///   (or `returned non-zero exit status 1.`), only when the command was a training worker (it
 ///   names a `--local_rank`);
 /// - Open MPI: `mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed).`;
-/// - TGI: `Shard process was signaled to shutdown with signal 4 rank=0`.
+/// - TGI: `Shard process was signaled to shutdown with signal 4 rank=0`, `Shard 0 failed to start`.
 pub fn worker_end(t: &str) -> Option<EventKind> {
     let failure = |global: Option<u64>, local: Option<u64>, code: Option<i64>, signal: Option<i64>, pid: Option<u64>| {
         let (exit_code, sig) = split_code(code.and_then(|c| i32::try_from(c).ok()));
@@ -110,6 +110,13 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
     if let Some(at) = t.find("signaled to shutdown with signal ") {
         let r = &t[at..];
         return Some(failure(num_after(r, "rank="), None, None, num_after(r, "with signal ").map(|v| v as i64), None));
+    }
+    if let Some(at) = t.find("Shard ").filter(|_| t.contains(" failed to start")) {
+        // How it ended is not said, only that shard N (rank N) did not come up.
+        let r = &t[at + 6..];
+        if r.split_once(' ').is_some_and(|(n, rest)| n.bytes().all(|c| c.is_ascii_digit()) && rest.starts_with("failed to start")) {
+            return Some(failure(leading_u64(r), None, None, None, None));
+        }
     }
     None
 }
@@ -345,6 +352,7 @@ mod tests {
         assert_eq!(one("subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=7', '--epochs', '180']' died with <Signals.SIGSEGV: 11>."), (None, Some(7), None, Some(11)));
         assert_eq!(one("mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed)."), (Some(1), None, None, Some(9)));
         assert_eq!(one("ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown with signal 4 rank=0"), (Some(0), None, None, Some(4)));
+        assert_eq!(one("2023-12-16T09:36:24.632149Z ERROR text_generation_launcher: Shard 1 failed to start"), (Some(1), None, None, None));
         assert_eq!(one("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>"), (Some(2), Some(2), None, Some(9)));
         assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");
         // A build step that failed is not a training worker's end.

@@ -17,6 +17,7 @@ mod glued;
 pub mod kernel;
 pub mod launcher;
 pub mod nccl;
+mod notebook;
 pub mod numerics;
 mod parser;
 pub mod prefix;

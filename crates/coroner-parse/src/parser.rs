@@ -124,6 +124,8 @@ pub struct RankParser {
     /// Each process's last NCCL collective traces (`NCCL_DEBUG_SUBSYS=COLL`), emitted at the end:
     /// a job issues millions, and only the last say what a process was doing when it stopped.
     last_collectives: Vec<(u32, std::collections::VecDeque<Event>)>,
+    /// The exception type of a notebook's JSON-rendered error, until its message line comes.
+    json_error: Option<String>,
 }
 
 impl RankParser {
@@ -142,6 +144,7 @@ impl RankParser {
             first_to_exit: crate::launcher::FirstToExit::default(),
             nccl_chain: false,
             last_collectives: Vec::new(),
+            json_error: None,
         }
     }
 
@@ -311,6 +314,17 @@ impl RankParser {
                         if let Some(step) = steps::step(msg) {
                             ks.push(EventKind::Step { step });
                         }
+                    }
+                }
+            }
+        } else if let Some(f) = crate::notebook::field(t) {
+            match f {
+                crate::notebook::Field::Name(ty) => self.json_error = Some(ty.to_string()),
+                crate::notebook::Field::Message(msg) => {
+                    if let Some(ty) = self.json_error.take() {
+                        let line = format!("{ty}: {msg}");
+                        c10d::specific(&line, &mut ks);
+                        ks.insert(0, EventKind::ErrorLine { message: line });
                     }
                 }
             }
