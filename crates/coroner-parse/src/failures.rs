@@ -180,6 +180,13 @@ const PHRASES: &[(&str, Act)] = &[
     ("*** Error in `", Act::Error),
     ("from checkpoint, the shape in current model is", Act::Error),
     ("Shape mismatch in the collective", Act::Error),
+    ("Not all ranks joining collective", Act::Error),
+    ("missing ranks: {", Act::Error),
+    ("*** SIGSEGV", Act::Error),
+    ("*** SIGBUS", Act::Error),
+    ("*** SIGABRT", Act::Error),
+    ("the launch timed out and was terminated", Act::Error),
+    ("collective mismatch error", Act::Error),
     ("A worker died or was killed while executing", Act::Error),
     ("CUDA-capable device(s) is/are busy or unavailable", Act::Error),
     // A Rust program's panic (TGI's router, candle): `thread 'main' panicked at '...'`.

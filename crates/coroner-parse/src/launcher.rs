@@ -227,7 +227,8 @@ pub fn srun_task_ends(t: &str) -> Vec<EventKind> {
     let (exit_code, signal) = if let Some(code) = what.strip_prefix("Exited with exit code ") {
         split_code(code.trim().parse().ok())
     } else {
-        let signal = [("Segmentation fault", 11), ("Bus error", 7), ("Illegal instruction", 4), ("Floating point exception", 8), ("Aborted", 6), ("Killed", 9), ("Terminated", 15)]
+        // `Out Of Memory`: the step's cgroup OOM killer (SIGKILL).
+        let signal = [("Segmentation fault", 11), ("Bus error", 7), ("Illegal instruction", 4), ("Floating point exception", 8), ("Aborted", 6), ("Killed", 9), ("Out Of Memory", 9), ("Terminated", 15)]
             .iter()
             .find(|(name, _)| what.starts_with(name))
             .map(|(_, n)| *n);
@@ -257,9 +258,11 @@ pub fn slurm(t: &str) -> Option<EventKind> {
         || t.starts_with("srun: Job step aborted")
         || t.starts_with("srun: forcing job termination")
         || t.starts_with("srun: Force Terminated");
-    let is_stepd = t.starts_with("slurmstepd: error:") && t.contains("***");
+    // `slurmstepd: error:`, or `slurmstepd-<host>: error:` as newer Slurm names it.
+    let stepd = t.starts_with("slurmstepd") && t.split_once(": error:").is_some_and(|(head, _)| !head.contains(' '));
+    let is_stepd = stepd && t.contains("***");
     let banner = (t.starts_with("*** JOB ") || t.starts_with("*** STEP ")) && t.contains("CANCELLED");
-    if t.starts_with("slurmstepd: error:") && t.contains("oom_kill event") {
+    if stepd && (t.contains("oom_kill event") || t.contains("oom-kill event")) {
         return Some(EventKind::OomKill { pid: None, process: None });
     }
     (is_srun || is_stepd || banner).then(|| EventKind::SchedulerEnd { message: t.trim().to_string() })
