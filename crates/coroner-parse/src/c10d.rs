@@ -41,6 +41,9 @@ pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
         out.push(pg_status(body));
     } else if body.contains("Terminating the process after attempting to dump debug info")
         || body.contains("we are taking the entire process down")
+        // `Process group watchdog thread terminated with exception: ...` cut before its cause (a
+        // terminal's wrap, a paste): the watchdog gave up, and why is not in the line.
+        || (body.contains("watchdog thread terminat") && !body.contains("exception: "))
     {
         out.push(EventKind::WatchdogAbort { pg: pg_of(body) });
     } else if body.contains("watchdog got stuck for") || body.contains("Heartbeat monitor timed out") {

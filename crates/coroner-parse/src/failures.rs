@@ -180,6 +180,9 @@ const PHRASES: &[(&str, Act)] = &[
     ("*** Error in `", Act::Error),
     ("from checkpoint, the shape in current model is", Act::Error),
     ("Shape mismatch in the collective", Act::Error),
+    ("vocab size of the tokenizer", Act::Error),
+    ("op.preamble.length <= op.nbytes", Act::Error),
+    ("due to Overflow", Act::Error),
     ("Not all ranks joining collective", Act::Error),
     ("missing ranks: {", Act::Error),
     ("*** SIGSEGV", Act::Error),
@@ -273,10 +276,27 @@ pub fn has_failure_phrase(t: &str) -> bool {
     strongest(t) == Some(Act::Error)
 }
 
+/// One of TensorFlow's root errors under `InvalidArgumentError: 2 root error(s) found.`:
+/// `  (0) Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]`. The status code's words
+/// (`Invalid argument`, `Resource exhausted`, `Not found`, ...) then the message.
+fn tf_root_error(t: &str) -> Option<&str> {
+    let r = t.trim_start().strip_prefix('(')?;
+    let (n, rest) = r.split_once(") ")?;
+    if n.is_empty() || !n.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    const CODES: [&str; 12] = ["Invalid argument", "Resource exhausted", "Not found", "Failed precondition", "Internal", "Unavailable", "Aborted", "Cancelled", "Unknown", "Out of range", "Deadline exceeded", "Unimplemented"];
+    CODES.iter().any(|c| rest.starts_with(c) && rest[c.len()..].starts_with(':')).then(|| rest.trim_end())
+}
+
 /// A bare line (no glog or logging header): a kernel line, a `SomeError: message` line, or a
 /// failure phrase.
 pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
     let before = out.len();
+    if let Some(msg) = tf_root_error(t) {
+        out.push(EventKind::ErrorLine { message: msg.to_string() });
+        return true;
+    }
     let (kernel_marker, act) = scan(t);
     if kernel_marker && crate::kernel::classify(t, out) {
         return true;
@@ -321,6 +341,14 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tensorflow_root_errors_are_error_lines() {
+        assert_eq!(tf_root_error("  (0) Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]"), Some("Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]"));
+        assert_eq!(tf_root_error("  (1) Resource exhausted: OOM when allocating tensor"), Some("Resource exhausted: OOM when allocating tensor"));
+        assert_eq!(tf_root_error("(3) something else"), None);
+        assert_eq!(tf_root_error("(a) Invalid argument: x"), None);
+    }
 
     #[test]
     fn logging_records() {

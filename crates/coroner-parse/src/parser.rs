@@ -120,6 +120,7 @@ pub struct RankParser {
     numerics: crate::numerics::Numerics,
     first_to_exit: crate::launcher::FirstToExit,
     wrapped_report: crate::launcher::WrappedReport,
+    horovod_ranks: crate::horovod::RankList,
     /// An NCCL error code was reported since the last WARN (one event per failing call chain).
     nccl_chain: bool,
     /// Each process's last NCCL collective traces (`NCCL_DEBUG_SUBSYS=COLL`), emitted at the end:
@@ -144,6 +145,7 @@ impl RankParser {
             numerics: crate::numerics::Numerics::default(),
             first_to_exit: crate::launcher::FirstToExit::default(),
             wrapped_report: crate::launcher::WrappedReport::default(),
+            horovod_ranks: crate::horovod::RankList::default(),
             nccl_chain: false,
             last_collectives: Vec::new(),
             json_error: None,
@@ -279,6 +281,7 @@ impl RankParser {
         if nccl_line.is_none() {
             self.numerics.observe(t, &mut ks);
             crate::horovod::stalls(t, &mut ks);
+            self.horovod_ranks.observe(t, &mut ks);
         }
         if let Some(l) = nccl_line {
             if let Some(k) = nccl::collective(&l) {
