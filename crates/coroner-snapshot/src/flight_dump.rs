@@ -35,8 +35,8 @@ impl FlightRecord {
             }
             d.ops.push(op);
         }
-        for (pg, st) in &self.pg_status {
-            let g = d.groups.entry(PgId(pg.clone())).or_default();
+        for (key, st) in &self.pg_status {
+            let g = d.groups.entry(PgId(self.status_group(key))).or_default();
             (g.last_enqueued, g.last_started, g.last_completed) = (st.last_enqueued, st.last_started, st.last_completed);
         }
         // `pg_config` is keyed by group name, except gloo's single '' key for the default group.
@@ -185,6 +185,14 @@ mod tests {
         let d = rec.dump("pickle");
         assert_eq!((d.ops.len(), d.dropped), (MAX_OPS_PER_GROUP, 300 - MAX_OPS_PER_GROUP as u64));
         assert_eq!(d.ops[0].seq, FrSeq::Collective(300 - MAX_OPS_PER_GROUP as u64 + 1));
+    }
+
+    /// `pg_status` is keyed by uid: on ranks 2 and 3 uid 1 is the group named "2".
+    #[test]
+    fn group_status_goes_to_the_group_the_entries_name() {
+        let d = parse(include_bytes!("../../../tests/data/fr/gloo4_pg2_r1/nccl_trace_rank_2")).unwrap().dump("pickle");
+        assert_eq!(d.groups.keys().map(|k| k.0.as_str()).collect::<Vec<_>>(), vec!["0", "2"]);
+        assert_eq!(d.groups[&PgId("2".into())].last_enqueued, Some(coroner_model::SeqNo(6)));
     }
 
     #[test]

@@ -232,7 +232,8 @@ impl FlightRecord {
             }
             by_pg.insert(e.pg_name.clone(), p);
         }
-        for (pg, st) in &self.pg_status {
+        for (key, st) in &self.pg_status {
+            let pg = &self.status_group(key);
             let mut p = slot(&mut by_pg, pg);
             for (dst, src) in [(&mut p.last_enqueued, st.last_enqueued), (&mut p.last_started, st.last_started), (&mut p.last_completed, st.last_completed)] {
                 if let Some(v) = src { raise(dst, v); }
@@ -240,6 +241,16 @@ impl FlightRecord {
             by_pg.insert(pg.clone(), p);
         }
         by_pg.into_values().collect()
+    }
+
+    /// The group a `pg_status` key stands for. PyTorch keys `pg_status` by the group's uid
+    /// (`pg_id`), which is its name only for groups made in the same order everywhere: gloo's
+    /// second group of ranks 2 and 3 is `pg_id` 1 but named `"2"`. Entries carry both.
+    pub fn status_group(&self, key: &str) -> String {
+        self.entries
+            .iter()
+            .find(|e| e.pg_id.is_some_and(|id| id.to_string() == key))
+            .map_or_else(|| key.to_string(), |e| e.pg_name.clone())
     }
 
     /// Short lines for the report.
