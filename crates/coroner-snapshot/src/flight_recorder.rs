@@ -220,12 +220,14 @@ impl FlightRecord {
             let Some(s) = e.collective_seq_id.and_then(|s| u64::try_from(s).ok()).map(SeqNo) else { continue };
             let mut p = slot(&mut by_pg, &e.pg_name);
             raise(&mut p.last_enqueued, s);
+            // gloo never marks an entry completed; it retires it when the work is over.
+            let done = e.state == "completed" || e.retired;
             match e.state.as_str() {
-                "completed" => { raise(&mut p.last_started, s); raise(&mut p.last_completed, s); }
+                _ if done => { raise(&mut p.last_started, s); raise(&mut p.last_completed, s); }
                 "started" => raise(&mut p.last_started, s),
                 _ => {}
             }
-            if e.state != "completed" && p.pending.as_ref().is_none_or(|(ps, ..)| s < *ps) {
+            if !done && p.pending.as_ref().is_none_or(|(ps, ..)| s < *ps) {
                 // Sizes come from the file: the product saturates rather than overflow.
                 let numel = e.input_sizes.first().map(|d| d.iter().map(|x| u64::try_from(*x).unwrap_or(0)).fold(1, u64::saturating_mul));
                 p.pending = Some((s, e.op(), e.state.clone(), numel));

@@ -96,6 +96,23 @@ pub fn scan(pg: &PgId, group: &Group<'_>) -> Scan {
 }
 
 fn decide(pg: &PgId, group: &Group<'_>, seq: u64, classes: &Classes, differs: &'static str, key: impl Fn(&Unit<'_>) -> Option<String> + Copy) -> Decision {
+    let mut d = decide_here(pg, group, seq, classes, differs, key);
+    // Ranks that never issued it because they wait in another group's collective are not stuck
+    // here: that group decides.
+    let blocked: Vec<String> = d.culprits.iter().filter_map(|r| group.lanes.get(r)?.blocked_in.as_ref()).map(|(g, s)| format!("{} of process group {g}", seq_word(*s))).collect();
+    if d.rule == Some(FrRule::NeverIssued) && !blocked.is_empty() && blocked.len() == d.culprits.len() {
+        let mut places = blocked;
+        places.sort();
+        places.dedup();
+        d.summary = format!("{} of process group {pg}: {} never issued it, but wait{} in {} (blocked there)", seq_word(seq), who(&d.culprits), if d.culprits.len() == 1 { "s" } else { "" }, places.join(", "));
+        d.rule = None;
+        d.candidates = std::mem::take(&mut d.culprits);
+        d.confidence = 0.0;
+    }
+    d
+}
+
+fn decide_here(pg: &PgId, group: &Group<'_>, seq: u64, classes: &Classes, differs: &'static str, key: impl Fn(&Unit<'_>) -> Option<String> + Copy) -> Decision {
     let involved: Vec<Rank> = classes.values().flatten().copied().collect();
     let unknown: Vec<Rank> = group.members.iter().copied().filter(|r| !involved.contains(r)).collect();
     let total = involved.len() + unknown.len();

@@ -98,6 +98,13 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
                         "{at}: {waiting} issued {op} and wait in it; rank {m} left no dump and {how}, so whether it held them up is unknown"
                     )));
                 }
+                // One dump agrees with itself, and may be older than the rank's last step (a rank
+                // that died before its last dump reached the disk): it clears nobody.
+                _ if stop.waiting.len() < 2 => {
+                    unknown.get_or_insert_with(|| verdict(Vec::new(), vec![*m], None, 0.0, format!(
+                        "{at}: {waiting} issued {op} and waits in it; rank {m} left no dump, and one dump alone cannot clear its own rank"
+                    )));
+                }
                 _ => {
                     return Some(verdict(vec![*m], Vec::new(), Some(FrRule::OnlyRankWithoutADump), 0.6, format!(
                         "{at}: every rank that dumped ({waiting}) issued {op} and waits in it; rank {m} is the only member without a dump (only rank without a dump)"

@@ -47,6 +47,9 @@ pub struct Lane<'a> {
     pub hi: u64,
     /// The lowest one its buffer still holds (1 when it holds them all).
     pub lo: u64,
+    /// The rank's newest operation is a collective of another group it has not got past: it is
+    /// blocked there, so what it never issued here is explained there.
+    pub blocked_in: Option<(PgId, u64)>,
 }
 
 impl Lane<'_> {
@@ -95,12 +98,22 @@ pub fn build<'a>(dumps: &BTreeMap<Rank, &'a FrDump>, world: Option<u32>) -> BTre
             let lane = group.lanes.entry(*rank).or_default();
             lane.hi = g.last_enqueued.map_or(0, |s| s.0);
         }
+        let newest = dump.ops.iter().filter(|o| matches!(o.seq, FrSeq::Collective(_))).max_by_key(|o| o.record_id);
+        let blocked = newest.filter(|o| !o.done()).and_then(|o| match o.seq {
+            FrSeq::Collective(s) => Some((o.pg.clone(), s)),
+            FrSeq::P2p(_) => None,
+        });
         for ((pg, seq), ops) in by_seq {
             let group = groups.entry(pg.clone()).or_default();
             group.members.insert(*rank);
             let lane = group.lanes.entry(*rank).or_default();
             lane.hi = lane.hi.max(seq);
             lane.units.insert(seq, unit(dump, ops));
+        }
+        for (pg, group) in groups.iter_mut() {
+            if let (Some(lane), Some(b)) = (group.lanes.get_mut(rank), &blocked) {
+                lane.blocked_in = (b.0 != *pg).then(|| b.clone());
+            }
         }
     }
     for (pg, group) in groups.iter_mut() {

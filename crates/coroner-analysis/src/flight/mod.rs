@@ -133,6 +133,9 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
     missing.sort();
     missing.dedup();
     let verdict = verdict(decided, undecided, &groups, &missing, input);
+    if verdict.culprits.is_empty() && verdict.candidates.is_empty() && stops.iter().any(|s| s.never_issued.is_empty() && s.unknown.is_empty()) {
+        notes.push("every rank issued the collective the dumps end in and none completed it: either the dumps were taken while it ran, or it hung inside the transport rather than in a rank".to_string());
+    }
     stragglers.sort_by_key(|s| (s.pg.clone(), s.seq));
     let straggler_summary = timing::summary(&stragglers, matched_total);
     if stragglers.len() > MAX_STRAGGLERS {

@@ -242,3 +242,14 @@ fn the_earliest_divergence_across_groups_wins() {
     assert_eq!((r.verdict.pg.as_deref(), verdict(&r)), (Some("1"), (ranks(&[1]), Some(FrRule::OwnHistory))), "{r:#?}");
     assert_eq!(r.groups[0].divergence.as_ref().unwrap().culprits, ranks(&[3]), "group 0's own divergence is still shown");
 }
+
+/// A 2-rank job with one dump: the dump may be older than its rank's last step (it died before
+/// its last dump reached the disk), so it clears nobody; the logs can still decide.
+#[test]
+fn one_dump_alone_clears_nobody() {
+    let dumps: BTreeMap<Rank, FrDump> = [(Rank(1), dump(2, &steps(5, &[USUAL])))].into();
+    let r = run(&dumps, 2, BTreeMap::new());
+    assert_eq!((verdict(&r), r.verdict.candidates.clone()), ((Vec::new(), None), ranks(&[0])));
+    let r = run(&dumps, 2, [(Rank(0), Fate::FailedFirst)].into());
+    assert_eq!(verdict(&r), (ranks(&[0]), Some(FrRule::DiedBeforeItDumped)));
+}

@@ -11,10 +11,15 @@ use coroner_model::{FrRule, FrStop, FrStraggler, PgId, Rank};
 /// A lag shorter than this is noise even on one host.
 const MIN_LAG_NS: i64 = 1_000_000;
 
-/// The first sequence number some rank issued and did not get past.
+/// The first sequence number some rank issued and did not get past, and that no rank completed
+/// (a collective completed on one rank was joined by all; a rank whose dump shows it pending
+/// dumped before it completed).
 pub fn stop(pg: &PgId, group: &Group<'_>) -> Option<(u64, FrStop)> {
     let seqs: std::collections::BTreeSet<u64> = group.lanes.values().flat_map(|l| l.units.keys().copied()).collect();
-    let seq = seqs.into_iter().find(|s| group.lanes.values().any(|l| l.units.get(s).is_some_and(|u| !u.done())))?;
+    let seq = seqs.into_iter().find(|s| {
+        let units = || group.lanes.values().filter_map(|l| l.units.get(s));
+        units().any(|u| !u.done()) && !units().any(|u| u.done())
+    })?;
     let mut stop = FrStop { pg: pg.0.clone(), seq: seq_word(seq), op: group_op(group, seq), waiting: Vec::new(), never_issued: Vec::new(), unknown: Vec::new() };
     for r in &group.members {
         match group.lanes.get(r) {
