@@ -71,6 +71,7 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
         let first: Vec<Rank> = gone.iter().copied().filter(|r| input.fates.get(r) == Some(&Fate::FailedFirst)).collect();
         let op = group_op(group, seq);
         let waiting = who(&stop.waiting);
+        let wait = if stop.waiting.len() == 1 { "waits" } else { "wait" };
         let at = format!("{} of process group {pg}", seq_word(seq));
         let verdict = |culprits: Vec<Rank>, candidates: Vec<Rank>, rule: Option<FrRule>, confidence: f64, summary: String| FrVerdict {
             culprits,
@@ -83,7 +84,7 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
         };
         if let [m] = first.as_slice() {
             return Some(verdict(vec![*m], Vec::new(), Some(FrRule::DiedBeforeItDumped), 0.85, format!(
-                "{at}: {waiting} issued {op} and wait in it; rank {m} left no dump, and its log says it failed first (died before it dumped)"
+                "{at}: {waiting} issued {op} and {wait} in it; rank {m} left no dump, and its log says it failed first (died before it dumped)"
             )));
         }
         match gone.as_slice() {
@@ -95,7 +96,7 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
                         _ => "failed after another rank",
                     };
                     unknown.get_or_insert_with(|| verdict(Vec::new(), vec![*m], None, 0.0, format!(
-                        "{at}: {waiting} issued {op} and wait in it; rank {m} left no dump and {how}, so whether it held them up is unknown"
+                        "{at}: {waiting} issued {op} and {wait} in it; rank {m} left no dump and {how}, so whether it held them up is unknown"
                     )));
                 }
                 // One dump agrees with itself, and may be older than the rank's last step (a rank
@@ -113,7 +114,7 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
             },
             many => {
                 unknown.get_or_insert_with(|| verdict(Vec::new(), many.to_vec(), None, 0.0, format!(
-                    "{at}: {waiting} issued {op} and wait in it; {} left no dump, and nothing tells which held them up",
+                    "{at}: {waiting} issued {op} and {wait} in it; {} left no dump, and nothing tells which held them up",
                     who(many)
                 )));
             }
@@ -125,7 +126,7 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
 /// A confident flight recorder answer as the job's diagnosis. Answers from progress alone (who
 /// never issued, who came late) count only once the job is over or a rank failed: a running
 /// job's dumps are taken at different moments.
-pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet) -> Option<Diagnosis<'a>> {
+pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet) -> Option<Diagnosis<'a>> {
     let v = &flight?.verdict;
     let rule = v.rule?;
     if v.culprits.is_empty() || v.confidence < CONFIDENT {
@@ -152,6 +153,14 @@ pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &JobEviden
         [one] => Some(*one),
         _ => None,
     };
+    // The culprits' own last words: their last event and their last progress line.
+    let events = v
+        .culprits
+        .iter()
+        .filter_map(|r| evidence.ranks.get(r))
+        .flat_map(|ev| ev.events.last().into_iter().chain(ev.last_step.as_ref()))
+        .take(4)
+        .collect();
     Some(Diagnosis {
         verdict: Verdict::Failed,
         first: Some(FirstFinding {
@@ -163,7 +172,7 @@ pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &JobEviden
             summary: format!("flight recorder, {}", v.summary),
             rule_id: Some(rule_id.to_string()),
             advice: rules.get(rule_id).and_then(|r| r.advice.clone()),
-            events: Vec::new(),
+            events,
             ordering_note: None,
         }),
         other_roots: Vec::new(),
