@@ -101,7 +101,7 @@ pub fn diagnose<'a>(
     if strong.is_empty() {
         // The dumps name who diverged: that beats the odd one out among timeouts and the rank
         // with the lowest enqueued collective.
-        if let Some(d) = crate::flight::diagnosis(flight, evidence, job, rules) {
+        if let Some(d) = crate::flight::diagnosis(flight, evidence, job, rules, clock) {
             return d;
         }
         if let Some(m) = majority::find(job) {

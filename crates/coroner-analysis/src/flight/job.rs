@@ -40,7 +40,7 @@ fn fates(evidence: &JobEvidence, job: &ClassifiedJob<'_>) -> BTreeMap<Rank, Fate
         } else if matches!(end.signal, Some(9) | Some(15)) {
             Fate::Killed
         } else {
-            Fate::Failed
+            Fate::EndedBadly
         };
         out.entry(end.rank).or_insert(fate);
     }
@@ -89,10 +89,11 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
         }
         match gone.as_slice() {
             [m] => match input.fates.get(m) {
-                Some(Fate::Killed) | Some(Fate::ExitedCleanly) | Some(Fate::Failed) => {
+                Some(Fate::Killed) | Some(Fate::ExitedCleanly) | Some(Fate::Failed) | Some(Fate::EndedBadly) => {
                     let how = match input.fates.get(m) {
                         Some(Fate::Killed) => "was killed from outside",
                         Some(Fate::ExitedCleanly) => "exited 0",
+                        Some(Fate::EndedBadly) => "ended with a failure status its log does not explain",
                         _ => "failed after another rank",
                     };
                     unknown.get_or_insert_with(|| verdict(Vec::new(), vec![*m], None, 0.0, format!(
@@ -126,7 +127,7 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
 /// A confident flight recorder answer as the job's diagnosis. Answers from progress alone (who
 /// never issued, who came late) count only once the job is over or a rank failed: a running
 /// job's dumps are taken at different moments.
-pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet) -> Option<Diagnosis<'a>> {
+pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Option<Diagnosis<'a>> {
     let v = &flight?.verdict;
     let rule = v.rule?;
     if v.culprits.is_empty() || v.confidence < CONFIDENT {
@@ -168,7 +169,11 @@ pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &'a JobEvi
             candidates: v.culprits.clone(),
             class,
             confidence: v.confidence,
-            aligned_ns: None,
+            // The dumps carry no moment of failure: the culprit's last progress, as for a hang.
+            aligned_ns: rank.and_then(|r| {
+                let ev = evidence.ranks.get(&r)?;
+                ev.last_step.as_ref().map(|e| e.capture_ns).or(ev.last_capture_ns).map(|t| clock.aligned(Some(r), t))
+            }),
             summary: format!("flight recorder, {}", v.summary),
             rule_id: Some(rule_id.to_string()),
             advice: rules.get(rule_id).and_then(|r| r.advice.clone()),

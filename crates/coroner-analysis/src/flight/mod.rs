@@ -37,6 +37,8 @@ pub enum Fate {
     /// Killed by a signal from outside (the launcher tearing the job down).
     Killed,
     ExitedCleanly,
+    /// Ended with a failure status (a signal of its own, an exit code) and no line saying why.
+    EndedBadly,
 }
 
 /// Host clocks to the job's aligned clock.
@@ -205,6 +207,7 @@ fn cannot_say(dumps: &BTreeMap<Rank, &FrDump>, missing: &[Rank], input: &FlightI
             Some(Fate::Failed) => " (its log says it failed)",
             Some(Fate::Killed) => " (it was killed from outside)",
             Some(Fate::ExitedCleanly) => " (it exited 0)",
+            Some(Fate::EndedBadly) => " (it ended with a failure status, and its log says no more)",
             None => "",
         };
         out.push(format!("rank {r} left no dump{fate}: what it issued is unknown"));
