@@ -48,7 +48,7 @@ pub fn diagnose<'a>(
     findings.sort_by_key(|f| (f.undated, f.aligned_ns, f.rank));
 
     let stop = cancel::find(evidence, job, clock);
-    if let Some(c) = stop.as_ref().filter(|c| !cancel::failed_before(job, clock, c.at)) {
+    if let Some(c) = stop.as_ref().filter(|c| !cancel::failed_before(evidence, rules, job, clock, c)) {
         let advice = rules.get("stopped-from-outside").and_then(|r| r.advice.clone());
         let line = c.events.first().map(|e| format!(": {}", first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone()))).unwrap_or_default();
         return Diagnosis {

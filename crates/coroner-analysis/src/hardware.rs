@@ -126,7 +126,14 @@ fn attributed(evidence: &JobEvidence) -> Vec<(Rank, &Event)> {
 /// the job names), earliest first: when nothing else failed, they are the failure, rank unknown.
 pub fn unattributed<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet) -> Vec<(&'a Event, crate::rules::Verdict<'a>)> {
     let ids = Identities::new(evidence);
-    let unowned = evidence.unowned.iter().filter(|e| matches!(e.kind, EventKind::Xid { .. } | EventKind::OomKill { .. }));
+    // Unowned lines (a kernel log, a launcher's own output) count when they are hardware: an Xid
+    // or OOM-killer line, or any line the rules call a GPU hardware fault (`fallen off the bus`
+    // outside an Xid, a driver that needs a reset).
+    let unowned = evidence.unowned.iter().filter(|e| match e.kind {
+        EventKind::Xid { .. } | EventKind::OomKill { .. } => true,
+        EventKind::ErrorLine { .. } => rules.classify(e).class() == Some(FaultClass::GpuHardware),
+        _ => false,
+    });
     let mut out: Vec<(&Event, crate::rules::Verdict<'_>)> = evidence
         .hardware
         .iter()

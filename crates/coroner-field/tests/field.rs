@@ -5,7 +5,8 @@
 
 use coroner_field::{run_all, Scores};
 
-/// Measured 179/180 (99.4%) when set; the floor is that less about two points.
+/// Measured 179/180 (99.4%) when set, 360/365 (98.6%) with three blind hold-outs in; the floor is
+/// that less about two points.
 const TOTAL_FLOOR_PCT: f64 = 97.0;
 /// The bar: no class below 75%.
 const CLASS_FLOOR_PCT: f64 = 75.0;

@@ -119,6 +119,7 @@ pub struct RankParser {
     last_bare_at: u64,
     numerics: crate::numerics::Numerics,
     first_to_exit: crate::launcher::FirstToExit,
+    wrapped_report: crate::launcher::WrappedReport,
     /// An NCCL error code was reported since the last WARN (one event per failing call chain).
     nccl_chain: bool,
     /// Each process's last NCCL collective traces (`NCCL_DEBUG_SUBSYS=COLL`), emitted at the end:
@@ -142,6 +143,7 @@ impl RankParser {
             last_bare_at: 0,
             numerics: crate::numerics::Numerics::default(),
             first_to_exit: crate::launcher::FirstToExit::default(),
+            wrapped_report: crate::launcher::WrappedReport::default(),
             nccl_chain: false,
             last_collectives: Vec::new(),
             json_error: None,
@@ -210,9 +212,11 @@ impl RankParser {
         // Launchers' one-line and few-line reports of a worker's end, inside a traceback too.
         let mut ends = Vec::new();
         self.first_to_exit.observe(ctx.text, &mut ends);
+        self.wrapped_report.observe(ctx.text, &mut ends);
         if let Some(k) = launcher::worker_end(ctx.text) {
             ends.push(k);
         }
+        ends.extend(launcher::srun_task_ends(ctx.text));
         if !ends.is_empty() {
             let origin = ctx.origin();
             out.extend(ends.into_iter().map(|k| origin.event(k, clip(ctx.text, MAX_TEXT).to_string())));
