@@ -41,6 +41,7 @@ pub fn diagnose<'a>(
     rules: &'a RuleSet,
     clock: &ClockModel,
     progress: &Progress,
+    flight: Option<&coroner_model::FlightRecorderReport>,
 ) -> Diagnosis<'a> {
     let mut findings = root_findings(evidence, job, rules, clock);
     hardware::merge(evidence, rules, clock, &mut findings);
@@ -98,6 +99,11 @@ pub fn diagnose<'a>(
     // Every rank timed out and one issued another collective: that outweighs a weak root (an
     // error line, a traceback cut before its exception), which the timeouts themselves explain.
     if strong.is_empty() {
+        // The dumps name who diverged: that beats the odd one out among timeouts and the rank
+        // with the lowest enqueued collective.
+        if let Some(d) = crate::flight::diagnosis(flight, evidence, job, rules, clock) {
+            return d;
+        }
         if let Some(m) = majority::find(job) {
             return from_majority(m, rules, clock);
         }

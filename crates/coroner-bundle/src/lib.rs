@@ -6,6 +6,7 @@
 
 mod analyze;
 mod bundle;
+pub mod dumps;
 mod lines;
 mod logfile;
 pub mod snapshots;
@@ -35,6 +36,8 @@ pub trait Sink {
     /// Collective progress read from a flight recorder dump (a sink that keeps the file itself,
     /// like an import to a server that reads it there, can ignore it).
     fn fr_progress(&mut self, _rank: coroner_model::Rank, _rows: snapshots::FrRows) {}
+    /// A flight recorder dump, bounded, for matching collectives across ranks.
+    fn fr_dump(&mut self, _rank: coroner_model::Rank, _dump: coroner_model::FrDump) {}
     /// Hardware lines a snapshot showed (see `coroner_snapshot::Facts::hardware`).
     fn hardware(&mut self, _rank: Option<coroner_model::Rank>, _lines: Vec<(coroner_model::EventKind, String)>) {}
     fn note(&mut self, note: String);
@@ -63,6 +66,9 @@ impl Sink for JobPipeline {
     }
     fn fr_progress(&mut self, rank: coroner_model::Rank, rows: snapshots::FrRows) {
         self.add_fr_progress(rank, rows);
+    }
+    fn fr_dump(&mut self, rank: coroner_model::Rank, dump: coroner_model::FrDump) {
+        self.add_fr_dump(rank, dump);
     }
     fn hardware(&mut self, rank: Option<coroner_model::Rank>, lines: Vec<(coroner_model::EventKind, String)>) {
         self.add_hardware_lines(rank, lines);

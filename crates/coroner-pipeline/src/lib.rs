@@ -162,6 +162,16 @@ impl JobPipeline {
         self.evidence.fr_progress.extend(rows.into_iter().map(|(pg, en, st, co)| (rank, pg, en, st, co)));
     }
 
+    /// One rank's flight recorder dump (`coroner_snapshot::Facts::fr_dump`), for matching
+    /// collectives across ranks. Of two dumps of one rank the newer is kept (an on-demand dump and
+    /// the watchdog's, or an upload resent).
+    pub fn add_fr_dump(&mut self, rank: Rank, dump: coroner_model::FrDump) {
+        let newer = self.evidence.fr_dumps.get(&rank).is_none_or(|old| dump.newest_record() >= old.newest_record());
+        if newer {
+            self.evidence.fr_dumps.insert(rank, dump);
+        }
+    }
+
     /// Hardware lines a snapshot showed (`coroner_snapshot::Facts::hardware`): Xid, ECC and
     /// OOM-killer lines of a kernel log, `nvidia-smi`'s memory faults. `rank` is the snapshot's
     /// rank, if it had one; the analysis names the rank of the others from the pid or GPU in them.

@@ -2,6 +2,7 @@
 //! server runs; the other commands talk to a coronerd over gRPC.
 
 mod analyze;
+mod fr;
 mod import;
 mod remote;
 mod snapshot;
@@ -50,6 +51,15 @@ enum Command {
         /// (sqlite:/var/lib/coroner/coroner.db, postgres://...). Read only.
         #[arg(long)]
         history: Option<String>,
+    },
+    /// Analyze a folder of flight recorder dumps alone (`nccl_trace_rank_<R>` or any
+    /// `<prefix><rank>`, pickle or JSON), as `torchfrtrace DIR` would: every collective matched
+    /// across ranks, the divergent rank with the rule that named it, and what the dumps cannot say.
+    Fr {
+        dir: PathBuf,
+        /// Print the analysis as JSON (the report's `flight_recorder` section).
+        #[arg(long)]
+        json: bool,
     },
     /// Send a bundle or log files to coronerd as job ID.
     Import {
@@ -178,6 +188,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Analyze { paths, json, job, rules, history } => analyze::run(&paths, json, job, rules.as_deref(), history.as_deref()),
+        Command::Fr { dir, json } => fr::run(&dir, json),
         Command::Import { paths, job, host, host_map } => import::Hosts::parse(host, &host_map)
             .and_then(|hosts| runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job, &hosts)))),
         Command::Suspects { since, all, json } => {

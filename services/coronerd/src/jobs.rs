@@ -170,6 +170,9 @@ impl Jobs {
         for (s, facts) in read {
             if let Some(rank) = s.rank {
                 pipeline.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
+                if let Some(dump) = facts.fr_dump {
+                    pipeline.add_fr_dump(rank, dump);
+                }
             }
             pipeline.add_hardware_lines(s.rank, facts.hardware);
             pipeline.add_snapshot(SnapshotSummary {

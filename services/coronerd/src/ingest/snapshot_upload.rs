@@ -43,6 +43,9 @@ impl IngestService {
         session.job.update(|p| {
             if let Some(rank) = record.rank {
                 p.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
+                if let Some(dump) = facts.fr_dump {
+                    p.add_fr_dump(rank, dump);
+                }
             }
             p.add_hardware_lines(record.rank, facts.hardware);
             p.add_snapshot(SnapshotSummary {
