@@ -8,10 +8,14 @@
 //! it stores capture times only, never aligned time, so a time filter arrives as per-rank capture
 //! windows; results are paged with a keyset cursor and never loaded whole.
 
+mod budget;
 mod collect;
+mod limits;
 mod schema;
 mod search;
 
+pub use budget::Budget;
+pub use limits::{check_query, QueryLimits, QueryRefused};
 pub use schema::{IndexedLine, LineRef};
 pub use search::{SearchPage, SearchRequest, MAX_PAGE_SIZE};
 
@@ -65,6 +69,14 @@ pub enum IndexError {
     Locked(PathBuf),
     #[error("bad query: {0}")]
     BadQuery(String),
+    /// The query is over its parse budget (`limits.rs`); it never reached the grammar.
+    #[error("{0}")]
+    QueryRefused(#[from] QueryRefused),
+    /// The search ran out of its time or line budget (`budget.rs`).
+    #[error("{0}")]
+    OverBudget(String),
+    #[error("the search was cancelled: its caller went away or the server is stopping")]
+    Cancelled,
     #[error("bad cursor {0:?}: pass the next_cursor of the previous page unchanged")]
     BadCursor(String),
     #[error("the index holds a damaged line: {0} (rebuild the job's index from its sources)")]
@@ -181,10 +193,17 @@ impl JobIndex {
 
     /// One page of the lines matching `q`, in (capture_ns, rank, stream, seq) order, or in
     /// (capture_ns + rank offset, rank, stream, seq) order when `q.order_offsets` is set.
+    /// Within the default query limits and no time or line budget.
     pub fn search(&self, q: &SearchRequest) -> Result<SearchPage, IndexError> {
+        self.search_within(q, &Budget::default(), true)
+    }
+
+    /// [`JobIndex::search`] within `budget`; `parallel`: spread the segments over the shared
+    /// search threads (only when no other search waits for them), else search on this thread.
+    pub fn search_within(&self, q: &SearchRequest, budget: &Budget, parallel: bool) -> Result<SearchPage, IndexError> {
         let limit = q.limit.min(MAX_PAGE_SIZE);
         let after = q.cursor.as_deref().map(search::decode_cursor).transpose()?;
-        let query = search::build_query(&self.index, &self.fields, q)?;
+        let query = search::build_query(&self.index, &self.fields, q, &budget.limits)?;
         let collector = PageCollector {
             after,
             // One more than a page tells whether another page follows.
@@ -193,7 +212,7 @@ impl JobIndex {
             offsets: search::offsets_by_rank_key(q),
         };
         let searcher = self.reader.searcher();
-        let (total, mut top) = searcher.search(&query, &collector)?;
+        let (total, mut top) = run(&searcher, query.as_ref(), collector, budget, parallel)?;
         let next_cursor = if top.len() > limit {
             top.truncate(limit);
             top.last().map(|(key, _)| search::encode_cursor(*key))
@@ -222,11 +241,13 @@ impl JobIndex {
 
     /// How many lines match `query` (tantivy syntax; empty = all) per rank; `None` = no rank.
     pub fn count_by_rank(&self, query: &str) -> Result<BTreeMap<Option<u32>, u64>, IndexError> {
-        let query = search::parse_text_query(&self.index, &self.fields, query)?;
-        let stats = self
-            .reader
-            .searcher()
-            .search(&query, &OriginStatsCollector)?;
+        self.count_by_rank_within(query, &Budget::default(), true)
+    }
+
+    /// [`JobIndex::count_by_rank`] within `budget` (`parallel` as in [`JobIndex::search_within`]).
+    pub fn count_by_rank_within(&self, query: &str, budget: &Budget, parallel: bool) -> Result<BTreeMap<Option<u32>, u64>, IndexError> {
+        let query = search::parse_text_query(&self.index, &self.fields, query, &budget.limits)?;
+        let stats = run(&self.reader.searcher(), query.as_ref(), OriginStatsCollector, budget, parallel)?;
         let mut out = BTreeMap::new();
         for (origin, s) in stats {
             *out.entry(search::rank_of_origin(origin)).or_insert(0) += s.count;
@@ -296,6 +317,20 @@ impl JobIndex {
     pub fn num_lines(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
+}
+
+/// Runs `collector` over every segment within `budget`, on the shared search threads or this one.
+fn run<C: tantivy::collector::Collector>(
+    searcher: &Searcher,
+    query: &dyn tantivy::query::Query,
+    collector: C,
+    budget: &Budget,
+    parallel: bool,
+) -> Result<C::Fruit, IndexError> {
+    let collector = budget::Budgeted { inner: collector, budget };
+    let executor = if parallel { search_executor() } else { Executor::single_thread() };
+    let scoring = tantivy::query::EnableScoring::disabled_from_searcher(searcher);
+    budget::settle(budget, searcher.search_with_executor(query, &collector, &executor, scoring))
 }
 
 #[cfg(test)]
