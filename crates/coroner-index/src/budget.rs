@@ -57,6 +57,11 @@ impl Budget {
         }
     }
 
+    /// Whether the caller raised the stop flag.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
     /// Counts `n` more matches; false once the budget is spent (and remembers why).
     fn spend(&self, n: u64) -> bool {
         if self.exceeded.load(Ordering::Relaxed) != WITHIN {

@@ -81,6 +81,9 @@ pub struct Config {
     /// A CA certificate (PEM) that other instances' `https://` certificates chain to (for proxied queries).
     #[arg(long, env = "CORONER_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// What one client may cost: queries, jobs, disk, ingest (`limits.rs`, docs/SECURITY.md).
+    #[command(flatten)]
+    pub limits: crate::limits::LimitsConfig,
 }
 
 fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
@@ -101,7 +104,7 @@ fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> any
     Ok(Some(t))
 }
 
-fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
     let v: f64 = s.parse().map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
     std::time::Duration::try_from_secs_f64(v).map_err(|e| format!("{s:?} is not a usable number of seconds: {e}"))
 }
@@ -132,6 +135,7 @@ impl Config {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            limits: crate::limits::LimitsConfig::default(),
         }
     }
 

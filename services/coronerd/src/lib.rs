@@ -13,6 +13,7 @@ mod incidents;
 mod ingest;
 mod job;
 mod jobs;
+pub mod limits;
 mod live;
 pub mod metrics;
 mod otlp;
@@ -20,6 +21,7 @@ mod ownership;
 mod proxy;
 mod query;
 mod retention;
+mod searches;
 mod snapshots;
 mod tls;
 mod views;
@@ -88,7 +90,8 @@ pub async fn start(
     let liveness = live::LivenessService::new(jobs.clone());
     let budget = Arc::new(ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone()));
     let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget);
-    let query = query::QueryService::new(jobs.clone(), snapshot_store.clone());
+    let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
+    let query = query::QueryService::new(jobs.clone(), snapshot_store.clone(), searches.clone());
     let otlp = otlp::OtlpLogs::new(jobs.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
@@ -142,7 +145,7 @@ pub async fn start(
             async move { grpc_shutdown.cancelled().await },
         );
     let http_shutdown = shutdown.clone();
-    let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone())
+    let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone(), searches)
         .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> = match http_tls {
         None => Box::pin(std::future::IntoFuture::into_future(
