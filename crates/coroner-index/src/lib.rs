@@ -88,11 +88,15 @@ pub enum IndexError {
 }
 
 /// One job's index: a writer behind a mutex and a reader reloaded on every commit.
+///
+/// The writer (its indexing threads, merge threads and buffers: ~7 threads) is opened with the
+/// index and may be closed while the job is idle ([`JobIndex::close_writer`]); the next lines
+/// open it again. Searches never need it.
 pub struct JobIndex {
     dir: PathBuf,
     index: Index,
     fields: Fields,
-    writer: Mutex<IndexWriter>,
+    writer: Mutex<Option<IndexWriter>>,
     reader: IndexReader,
 }
 
@@ -133,12 +137,7 @@ impl JobIndex {
         };
         let mut index = index;
         index.set_executor(search_executor());
-        let writer = index.writer(WRITER_HEAP_BYTES).map_err(|e| match e {
-            TantivyError::LockFailure(LockError::LockBusy, _) => {
-                IndexError::Locked(dir.to_path_buf())
-            }
-            other => open_err(other),
-        })?;
+        let writer = open_writer(&index, dir)?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -148,7 +147,7 @@ impl JobIndex {
             dir: dir.to_path_buf(),
             index,
             fields,
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Some(writer)),
             reader,
         })
     }
@@ -158,8 +157,31 @@ impl JobIndex {
         &self.dir
     }
 
-    fn writer(&self) -> Result<MutexGuard<'_, IndexWriter>, IndexError> {
-        self.writer.lock().map_err(|_| IndexError::Poisoned)
+    /// Runs `f` with the writer, opened again if it was closed.
+    fn with_writer<T>(&self, f: impl FnOnce(&mut IndexWriter) -> Result<T, IndexError>) -> Result<T, IndexError> {
+        let mut guard: MutexGuard<'_, Option<IndexWriter>> = self.writer.lock().map_err(|_| IndexError::Poisoned)?;
+        let writer = match guard.as_mut() {
+            Some(w) => w,
+            None => guard.insert(open_writer(&self.index, &self.dir)?),
+        };
+        f(writer)
+    }
+
+    /// Whether the writer is open (its threads running).
+    pub fn has_writer(&self) -> bool {
+        self.writer.lock().map(|w| w.is_some()).unwrap_or(false)
+    }
+
+    /// Commits what is buffered and closes the writer, stopping its threads; the next
+    /// [`JobIndex::add`] opens it again. Blocks while a commit or merge runs.
+    pub fn close_writer(&self) -> Result<(), IndexError> {
+        let mut guard = self.writer.lock().map_err(|_| IndexError::Poisoned)?;
+        if let Some(mut writer) = guard.take() {
+            writer.commit()?;
+            writer.wait_merging_threads()?;
+            self.reader.reload()?;
+        }
+        Ok(())
     }
 
     /// Buffers lines for the next commit; they are neither durable nor searchable before it.
@@ -169,24 +191,27 @@ impl JobIndex {
 
     /// [`JobIndex::add`] for borrowed lines.
     pub fn add_refs<'a>(&self, lines: impl IntoIterator<Item = LineRef<'a>>) -> Result<(), IndexError> {
-        let writer = self.writer()?;
-        // Documents go to the indexing threads in batches: one channel message and at most one
-        // wake-up per batch instead of per line.
-        let mut batch = Vec::with_capacity(ADD_BATCH);
-        for line in lines {
-            batch.push(UserOperation::Add(to_document(&self.fields, line)));
-            if batch.len() == ADD_BATCH {
-                writer.run(std::mem::replace(&mut batch, Vec::with_capacity(ADD_BATCH)))?;
+        self.with_writer(|writer| {
+            // Documents go to the indexing threads in batches: one channel message and at most
+            // one wake-up per batch instead of per line.
+            let mut batch = Vec::with_capacity(ADD_BATCH);
+            for line in lines {
+                batch.push(UserOperation::Add(to_document(&self.fields, line)));
+                if batch.len() == ADD_BATCH {
+                    writer.run(std::mem::replace(&mut batch, Vec::with_capacity(ADD_BATCH)))?;
+                }
             }
-        }
-        writer.run(batch)?;
-        Ok(())
+            writer.run(batch)?;
+            Ok(())
+        })
     }
 
     /// Makes every added line durable, and searchable once this returns.
     pub fn commit(&self) -> Result<(), IndexError> {
-        let mut writer = self.writer()?;
-        writer.commit()?;
+        self.with_writer(|writer| {
+            writer.commit()?;
+            Ok(())
+        })?;
         self.reader.reload()?;
         Ok(())
     }
@@ -307,9 +332,10 @@ impl JobIndex {
 
     /// Commits what is buffered and waits for background merges: an orderly shutdown.
     pub fn close(self) -> Result<(), IndexError> {
-        let mut writer = self.writer.into_inner().map_err(|_| IndexError::Poisoned)?;
-        writer.commit()?;
-        writer.wait_merging_threads()?;
+        if let Some(mut writer) = self.writer.into_inner().map_err(|_| IndexError::Poisoned)? {
+            writer.commit()?;
+            writer.wait_merging_threads()?;
+        }
         Ok(())
     }
 
@@ -317,6 +343,13 @@ impl JobIndex {
     pub fn num_lines(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
+}
+
+fn open_writer(index: &Index, dir: &Path) -> Result<IndexWriter, IndexError> {
+    index.writer(WRITER_HEAP_BYTES).map_err(|e| match e {
+        TantivyError::LockFailure(LockError::LockBusy, _) => IndexError::Locked(dir.to_path_buf()),
+        other => IndexError::Open { path: dir.to_path_buf(), source: other },
+    })
 }
 
 /// Runs `collector` over every segment within `budget`, on the shared search threads or this one.

@@ -527,3 +527,19 @@ fn a_search_stops_when_its_budget_is_spent_or_its_caller_raises_stop() {
     let gone = Budget::new(limits, None, u64::MAX, stop);
     assert!(matches!(idx.search_within(&req("step"), &gone, false), Err(IndexError::Cancelled)));
 }
+
+#[test]
+fn a_closed_writer_reopens_on_the_next_lines_and_searches_never_need_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = sample_index(dir.path());
+    assert!(idx.has_writer());
+    idx.close_writer().expect("close the writer");
+    assert!(!idx.has_writer());
+    assert_eq!(idx.search(&req("watchdog")).expect("search").total, 4);
+    idx.add(&[line(Some(9), Stream::Stdout, 0, 1, "after the writer came back")]).expect("add reopens");
+    idx.commit().expect("commit");
+    assert!(idx.has_writer());
+    assert_eq!(idx.search(&req("\"writer came back\"")).expect("search").total, 1);
+    idx.close_writer().expect("close again");
+    idx.close().expect("close without a writer");
+}

@@ -8,6 +8,7 @@ use crate::snapshots::SnapshotStore;
 
 mod budget;
 mod admit;
+mod session_limits;
 mod snapshot_upload;
 #[cfg(test)]
 mod tests;
@@ -30,6 +31,8 @@ struct Session {
     rank: Option<Rank>,
     host: String,
     world_size: Option<u32>,
+    /// `<host>/<agent instance>`: who may file a content it uploaded under another job by hash.
+    uploader: String,
 }
 
 pub struct IngestService {
@@ -37,6 +40,7 @@ pub struct IngestService {
     snapshots: Arc<SnapshotStore>,
     metrics: Arc<Metrics>,
     budget: Arc<IngestBudget>,
+    limits: Arc<crate::limits::LimitsConfig>,
     /// Every session this process opened (never pruned). A `ShipLogs` stream looks its batches'
     /// sessions up here, per batch: it once copied the whole table when it opened (1,000 agents
     /// made half a million copies, ~70 MB at the ingest's peak, growing with the square of the agents).
@@ -44,8 +48,8 @@ pub struct IngestService {
 }
 
 impl IngestService {
-    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>, budget: Arc<IngestBudget>) -> Self {
-        IngestService { jobs, snapshots, metrics, budget, sessions: Arc::default() }
+    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>, budget: Arc<IngestBudget>, limits: Arc<crate::limits::LimitsConfig>) -> Self {
+        IngestService { jobs, snapshots, metrics, budget, limits, sessions: Arc::default() }
     }
 
     fn session(&self, id: &str) -> Result<Session, ServiceError> {
@@ -96,8 +100,13 @@ impl Ingest for IngestService {
         if let Some(what) = absurd {
             return Err(ServiceError::InvalidArgument(format!("{what} is beyond the largest world this server takes ({max} ranks)")).into());
         }
+        if let Some(why) = session_limits::check_opening(&r, self.limits.max_string_bytes) {
+            crate::limits::Limit::StringLength.count(&self.metrics);
+            return Err(ServiceError::InvalidArgument(format!("OpenSession: {why}")).into());
+        }
         let now = now_ns();
-        self.jobs.store.touch_job(&job_id, r.world_size, now).await.map_err(ServiceError::from)?;
+        self.jobs.admit_new(&job_id).await?;
+        self.jobs.store.touch_job(&job_id, None, now).await.map_err(ServiceError::from)?;
         let job = self.jobs.get(&job_id, true).await?;
         let fence = self.jobs.fence(&job_id).ok_or_else(|| ServiceError::Unavailable(format!("job {job_id} was closed here; retry")))?;
         let session_id = uuid::Uuid::new_v4().to_string();
@@ -115,8 +124,27 @@ impl Ingest for IngestService {
             opened_ns: now,
         };
         self.jobs.store.open_session(&record).await.map_err(ServiceError::from)?;
+        // Which lane of sequence numbers this session numbers in (`job/claims.rs`).
+        let granted = job.claim(&crate::job::claims::Opening {
+            session_id: &session_id,
+            rank: r.rank,
+            instance: &r.agent_instance,
+            host: &r.host,
+            pid: r.pid,
+            launcher: &r.launcher,
+            lanes: r.seq_lanes,
+            offset: r.seq_offset,
+        });
+        // A world size is believed in proportion to the agents seen (`limits.rs`).
+        let world = r.world_size.map(|w| crate::limits::believed_world_size(w, job.speakers(), self.limits.world_size_slack));
+        if world != r.world_size {
+            crate::limits::Limit::WorldSize.count(&self.metrics);
+        }
+        if world.is_some() {
+            self.jobs.store.touch_job(&job_id, world, now).await.map_err(ServiceError::from)?;
+        }
         job.update(|p| {
-            if let Some(w) = r.world_size {
+            if let Some(w) = world {
                 p.set_world_size(w);
             }
             if let Some(rank) = r.rank {
@@ -129,20 +157,16 @@ impl Ingest for IngestService {
                 p.add_note(agent_note(&r.host, r.rank, note));
             }
         });
-        // Which lane of sequence numbers this session numbers in (`job/claims.rs`).
-        let granted = job.claim(&crate::job::claims::Opening {
-            session_id: &session_id,
-            rank: r.rank,
-            instance: &r.agent_instance,
-            host: &r.host,
-            pid: r.pid,
-            launcher: &r.launcher,
-            lanes: r.seq_lanes,
-            offset: r.seq_offset,
-        });
         self.sessions.lock().map_err(|_| ServiceError::Internal("session table lock".into()))?.insert(
             session_id.clone(),
-            Session { job, fence, rank: r.rank.map(Rank), host: r.host, world_size: r.world_size },
+            Session {
+                job,
+                fence,
+                rank: r.rank.map(Rank),
+                uploader: if r.agent_instance.is_empty() { String::new() } else { format!("{}/{}", r.host, r.agent_instance) },
+                host: r.host,
+                world_size: r.world_size,
+            },
         );
         tracing::info!(job = %job_id, rank = ?r.rank, session = %session_id, "session opened");
         Ok(Response::new(v1::OpenSessionResponse { session_id, resume_from: granted.resume_from, seq_offset: granted.seq_offset }))
@@ -282,8 +306,11 @@ impl Ingest for IngestService {
             if session.is_none() {
                 session = Some(self.session(&chunk.session_id)?);
             }
-            if let Some(h) = chunk.header.clone() {
-                upload = Some(self.snapshots.begin(h, chunk.offset)?);
+            if let (Some(h), Some(s)) = (chunk.header.clone(), session.as_ref()) {
+                self.check_job_quota(s, &h).await?;
+                let (store, offset) = (self.snapshots.clone(), chunk.offset);
+                // Opening a resumed upload hashes its partial bytes again: off the runtime.
+                upload = Some(tokio::task::spawn_blocking(move || store.begin(h, offset)).await.map_err(ServiceError::from)??);
             }
             let u = upload.as_mut().ok_or_else(|| ServiceError::InvalidArgument("the first chunk must carry the snapshot header".into()))?;
             u.write(chunk.offset, &chunk.data)?;
@@ -300,7 +327,8 @@ impl Ingest for IngestService {
             // The bytes so far stay: SnapshotStatus tells the agent where to resume.
             return Err(ServiceError::Unavailable("the snapshot upload ended before its last chunk; ask SnapshotStatus where to resume".into()).into());
         }
-        let stored = upload.finish()?;
+        let stored = tokio::task::spawn_blocking(move || upload.finish()).await.map_err(ServiceError::from)??;
+        self.snapshots.remember_uploader(&stored.header.sha256, &session.uploader);
         let fresh = self.file_snapshot(&session, &stored.header, stored.stored_bytes).await?;
         Ok(Response::new(v1::SnapshotAck { snapshot_id: stored.header.sha256.clone(), deduplicated: !fresh || stored.deduplicated }))
     }

@@ -25,6 +25,7 @@ mod searches;
 mod snapshots;
 mod tls;
 mod views;
+mod writers;
 
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -80,16 +81,22 @@ pub async fn start(
     let me = config.instance(bound.grpc, bound.http);
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
     let metrics = Arc::new(metrics::Metrics::default());
-    let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone(), me));
-    retention::spawn(jobs.clone(), config.retention, shutdown.clone());
-    let snapshot_store = Arc::new(snapshots::SnapshotStore::new(config.data_dir.join("snapshots"), config.snapshot_cap_bytes)?);
+    let limits = Arc::new(config.limits.clone());
+    let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone(), me, limits.clone()));
+    let snapshot_store = Arc::new(snapshots::SnapshotStore::new(
+        config.data_dir.join("snapshots"),
+        config.snapshot_cap_bytes,
+        snapshots::disk::Quotas::from(&config.limits),
+        metrics.clone(),
+    )?);
+    retention::spawn(jobs.clone(), snapshot_store.clone(), config.retention, shutdown.clone());
     // Queries and heartbeats about a job another instance owns go to the owner.
     let peers = proxy::Peers::default();
 
     live::configure(config.hang_step_multiple, config.hang_floor);
     let liveness = live::LivenessService::new(jobs.clone());
     let budget = Arc::new(ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone()));
-    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget);
+    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget, limits.clone());
     let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
     let query = query::QueryService::new(jobs.clone(), snapshot_store.clone(), searches.clone());
     let otlp = otlp::OtlpLogs::new(jobs.clone());

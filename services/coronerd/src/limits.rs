@@ -86,6 +86,14 @@ impl Limit {
     }
 }
 
+/// The world size a job is believed to have: what its sessions claim, but at most `slack` times
+/// the agents that opened sessions, plus 64 (a job whose agents are still starting). A report
+/// enumerates every rank below the world size, so one session claiming 2^20 ranks cost ~550 MB.
+pub fn believed_world_size(claimed: u32, agents: usize, slack: u32) -> u32 {
+    let seen = u32::try_from(agents).unwrap_or(u32::MAX);
+    claimed.min(seen.saturating_mul(slack.max(1)).saturating_add(64))
+}
+
 /// Bytes per MiB and GiB, for flags given in those units.
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -124,8 +132,8 @@ pub struct LimitsConfig {
     /// recently used idle one is closed to open another, and reopened from disk when asked for.
     #[arg(long, env = "CORONER_MAX_OPEN_JOBS", default_value_t = 64)]
     pub max_open_jobs: usize,
-    /// A job's world size is believed up to this many times the ranks its sessions named (plus 64).
-    #[arg(long, env = "CORONER_WORLD_SIZE_SLACK", default_value_t = 4)]
+    /// A job's world size is believed up to this many times the agents that opened sessions for it (plus 64).
+    #[arg(long, env = "CORONER_WORLD_SIZE_SLACK", default_value_t = 16)]
     pub world_size_slack: u32,
     /// Bytes of a host name, agent instance, launcher, version or note an agent sends.
     #[arg(long, env = "CORONER_MAX_STRING_BYTES", default_value_t = 256)]
@@ -185,9 +193,10 @@ impl Default for LimitsConfig {
             // An open job costs ~7 index threads and its analysis state (~5-50 MB): 64 of them
             // stay within ~500 threads and a few GB; a cluster rarely runs more jobs at once.
             max_open_jobs: 64,
-            // Launchers announce the real world size; agents of 4x as many ranks as seen plus 64
-            // covers a job whose agents are still starting, never 2^20 ranks named by one session.
-            world_size_slack: 4,
+            // One agent speaks for one rank, or for a node's ranks around a launcher (8-16 GPUs):
+            // 16 per agent plus 64 covers both and a job whose agents are still starting, never
+            // 2^20 ranks claimed by one session (~550 MB of report).
+            world_size_slack: 16,
             // Host names are at most 253 bytes (DNS); the other strings are shorter.
             max_string_bytes: 256,
             max_job_snapshot_gb: 8,
@@ -238,6 +247,15 @@ mod tests {
         let parsed = Only::parse_from(["coronerd"]).limits;
         let d = LimitsConfig::default();
         assert_eq!(format!("{parsed:?}"), format!("{d:?}"));
+    }
+
+    #[test]
+    fn rule_a_world_size_is_believed_up_to_a_multiple_of_the_ranks_seen() {
+        assert_eq!(believed_world_size(8, 1, 16), 8, "a real job's world size stands");
+        assert_eq!(believed_world_size(1024, 1, 16), 80, "while its agents start: grows with them");
+        assert_eq!(believed_world_size(1024, 64, 16), 1024, "64 launcher agents of 16 ranks each");
+        assert_eq!(believed_world_size(1 << 20, 1, 16), 80, "one session cannot claim 2^20 ranks");
+        assert_eq!(believed_world_size(u32::MAX, usize::MAX, u32::MAX), u32::MAX);
     }
 
     #[test]
