@@ -8,11 +8,13 @@ use crate::snapshots::SnapshotStore;
 
 mod budget;
 mod admit;
+mod prepaid;
 mod session_limits;
 mod snapshot_upload;
 #[cfg(test)]
 mod tests;
 pub use budget::{IngestBudget, Reservation};
+pub use prepaid::Prepaid;
 use coroner_model::{ClockSample, JobId, ProcessEnd, Rank};
 use coroner_proto::v1::{self, ingest_server::Ingest};
 use coroner_store::SessionRecord;
@@ -76,8 +78,8 @@ const IN_FLIGHT: usize = 32;
 
 /// A batch of a `ShipLogs` stream, in the order it arrived.
 enum Submitted {
-    /// Queued for commit; its bytes stay reserved in the ingest budget until it is answered.
-    Queued(u64, tokio::sync::oneshot::Receiver<crate::committer::Reply>, Reservation),
+    /// Queued for commit: its commit, which gives its bytes back to the ingest budget.
+    Queued(u64, tokio::task::JoinHandle<crate::committer::Reply>),
     Failed(ServiceError),
 }
 
@@ -183,36 +185,54 @@ impl Ingest for IngestService {
     type ShipLogsStream = AckStream;
 
     async fn ship_logs(&self, req: Request<Streaming<v1::LogBatch>>) -> Result<Response<Self::ShipLogsStream>, Status> {
+        // Reservations made before each message was decoded (`ingest/prepaid.rs`); a server
+        // built without the gate (none in production) reserves after decoding, as before.
+        let prepay = req.extensions().get::<Arc<prepaid::Prepay>>().cloned().unwrap_or_else(|| prepaid::Prepay::new(self.budget.clone()));
         let mut batches = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let sessions = self.sessions.clone();
         let store = self.jobs.store.clone();
         let metrics = self.metrics.clone();
-        let budget = self.budget.clone();
+        let idle = self.limits.ingest_idle_timeout;
         metrics.agents_connected.fetch_add(1, Relaxed);
         // Batches are submitted as they arrive (several in flight per stream, so one job's
         // commits group many batches); a second task answers them in order.
         let (order_tx, mut order_rx) = tokio::sync::mpsc::channel::<Submitted>(IN_FLIGHT);
+        let order_metrics = metrics.clone();
         tokio::spawn(async move {
             while let Some(submitted) = order_rx.recv().await {
                 let result = match submitted {
-                    Submitted::Queued(batch_id, wait, reservation) => {
-                        let answer = Job::committed(wait).await.map(|duplicates| v1::BatchAck { batch_id, duplicates });
-                        drop(reservation);
-                        answer
-                    }
+                    Submitted::Queued(batch_id, committed) => committed.await.unwrap_or_else(|e| Err(e.into())).map(|duplicates| v1::BatchAck { batch_id, duplicates }),
                     Submitted::Failed(e) => Err(e),
                 };
                 let failed = result.is_err();
-                if tx.send(result.map_err(Status::from)).await.is_err() || failed {
-                    break;
+                // A client that leaves its acknowledgements unread holds only this stream: its
+                // batches' budget was given back at their commit, and after the idle timeout it is closed.
+                match tokio::time::timeout(idle, tx.send(result.map_err(Status::from))).await {
+                    Ok(Ok(())) if !failed => {}
+                    Ok(_) => break,
+                    Err(_) => {
+                        crate::limits::Limit::IdleStream.count(&order_metrics);
+                        tracing::info!(idle_s = idle.as_secs(), "closed a log stream whose acknowledgements went unread");
+                        break;
+                    }
                 }
             }
         });
         tokio::spawn(async move {
             // This stream's share of the agents' spool backlog gauge.
             let mut backlog = 0i64;
-            while let Some(batch) = batches.next().await {
+            loop {
+                let batch = match tokio::time::timeout(idle, batches.next()).await {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    Err(_) => {
+                        crate::limits::Limit::IdleStream.count(&metrics);
+                        let why = format!("the log stream sent nothing for {} s (--ingest-idle-timeout); reconnect", idle.as_secs());
+                        let _ = order_tx.send(Submitted::Failed(ServiceError::Unavailable(why))).await;
+                        break;
+                    }
+                };
                 let batch = match batch {
                     Ok(b) => b,
                     Err(e) => {
@@ -229,10 +249,25 @@ impl Ingest for IngestService {
                 metrics.spool_backlog_bytes.fetch_add(reported - backlog, Relaxed);
                 backlog = reported;
                 let batch_id = batch.batch_id;
-                // No reading further while the server holds as many unanswered bytes as it may.
-                let reservation = budget.reserve(batch_bytes(&batch)).await;
+                if let Some(s) = lookup(&sessions, &batch.session_id) {
+                    prepay.set_job(&s.job.id);
+                }
+                // Reserved before decoding; a decoded batch larger than that reserves the rest.
+                let decoded = batch_bytes(&batch);
+                let paid = prepay.take();
+                let more = decoded.saturating_sub(paid.as_ref().map_or(0, Reservation::bytes));
+                let topped = if more > 0 { Some(prepay.reserve(more).await) } else { None };
                 let submitted = match submit_batch(&sessions, &store, batch).await {
-                    Ok(wait) => Submitted::Queued(batch_id, wait, reservation),
+                    // The budget goes back when the batch is committed, whether or not its
+                    // acknowledgement is read.
+                    Ok(wait) => Submitted::Queued(
+                        batch_id,
+                        tokio::spawn(async move {
+                            let r = Job::committed(wait).await;
+                            drop((paid, topped));
+                            r
+                        }),
+                    ),
                     Err(e) => Submitted::Failed(e),
                 };
                 let failed = matches!(submitted, Submitted::Failed(_));

@@ -95,8 +95,11 @@ pub async fn start(
 
     live::configure(config.hang_step_multiple, config.hang_floor);
     let liveness = live::LivenessService::new(jobs.clone());
-    let budget = Arc::new(ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone()));
-    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget, limits.clone());
+    let budget = Arc::new(
+        ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone())
+            .with_shares(config.limits.ingest_stream_share, config.limits.ingest_job_share),
+    );
+    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget.clone(), limits.clone());
     let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
     let query = query::QueryService::new(jobs.clone(), snapshot_store.clone(), searches.clone());
     let otlp = otlp::OtlpLogs::new(jobs.clone());
@@ -128,7 +131,7 @@ pub async fn start(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(auth::Guarded::new(
-            coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20),
+            ingest::Prepaid::new(coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20), budget),
             tokens.clone(),
             auth::Need::Write,
         ))
