@@ -128,7 +128,8 @@ fn commit_group(job: &Job, requests: Vec<CommitRequest>, writers: &Writers) -> G
                 if l.seq < *expected {
                     false
                 } else {
-                    *expected = l.seq + 1;
+                    // Admission leaves out u64::MAX (`ingest/admit.rs`); never wrap regardless.
+                    *expected = l.seq.saturating_add(1);
                     true
                 }
             });

@@ -284,7 +284,8 @@ impl Ingest for IngestService {
     async fn report_exit(&self, req: Request<v1::ProcessExit>) -> Result<Response<v1::ExitAck>, Status> {
         let r = req.into_inner();
         let session = self.session(&r.session_id)?;
-        self.metrics.dropped_lines_reported.fetch_add(r.dropped_lines, Relaxed);
+        // An agent's count is a claim: it saturates the counter, never wraps it.
+        let _ = self.metrics.dropped_lines_reported.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(r.dropped_lines)));
         if r.rank.is_none() || r.rank.map(Rank) == session.rank {
             session.job.end_claim(&r.session_id);
         }

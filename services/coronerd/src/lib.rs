@@ -52,12 +52,12 @@ pub async fn start(
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(impl std::future::Future<Output = anyhow::Result<()>>, Bound)> {
-    let tokens = Arc::new(config.tokens()?);
     let grpc_tls = config.grpc_tls()?;
     let http_tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => Some(tls::server_config(cert, key)?),
         _ => None,
     };
+    let tokens = Arc::new(config.tokens()?.with_secure_cookie(http_tls.is_some()));
     // Proxied queries to other instances trust this CA for their https:// addresses.
     if let Some(ca) = &config.tls_ca {
         std::fs::metadata(ca).with_context(|| format!("the TLS CA file {} (--tls-ca)", ca.display()))?;
@@ -157,16 +157,11 @@ pub async fn start(
     let http_shutdown = shutdown.clone();
     let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone(), searches)
         .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
+    let header_timeout = config.limits.http_header_timeout;
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> = match http_tls {
-        None => Box::pin(std::future::IntoFuture::into_future(
-            axum::serve(http_listener, app).with_graceful_shutdown(async move { http_shutdown.cancelled().await }),
-        )),
-        Some(tls) => Box::pin(std::future::IntoFuture::into_future(
-            axum::serve(tls::TlsListener::new(http_listener, tls)?, app)
-                .with_graceful_shutdown(async move { http_shutdown.cancelled().await }),
-        )),
+        None => Box::pin(http::serve::serve(http_listener, app, header_timeout, http_shutdown)),
+        Some(tls) => Box::pin(http::serve::serve(tls::TlsListener::new(http_listener, tls)?, app, header_timeout, http_shutdown)),
     };
-
     let server = async move {
         let (g, h) = tokio::join!(grpc, http);
         g.context("gRPC server")?;

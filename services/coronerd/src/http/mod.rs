@@ -9,6 +9,7 @@ mod api;
 mod job_page;
 mod jobs_page;
 mod live_findings;
+pub mod serve;
 mod similar;
 
 use crate::error::ServiceError;
