@@ -7,7 +7,7 @@
 pub mod auth;
 pub mod config;
 mod committer;
-mod error;
+pub mod error;
 mod http;
 mod incidents;
 mod ingest;
@@ -22,7 +22,7 @@ mod proxy;
 mod query;
 mod retention;
 mod searches;
-mod snapshots;
+pub mod snapshots;
 mod tls;
 mod views;
 mod writers;

@@ -253,6 +253,11 @@ impl SnapshotStore {
         })
     }
 
+    /// Bytes of unfinished uploads as counted against `--max-partial-mb`.
+    pub fn partial_bytes(&self) -> u64 {
+        self.disk.partial_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Deletes expired partial uploads (blocking); returns how many.
     pub fn sweep_partials(&self) -> usize {
         let busy = self.in_flight.lock().map(|s| s.clone()).unwrap_or_default();

@@ -34,7 +34,10 @@ fn a_thousand_otlp_job_ids_leave_threads_and_memory_bounded() {
     assert!(threads < 400, "{threads} threads after 1,000 jobs");
     assert!(rss < 1500, "{rss} MiB after 1,000 jobs");
     let out = server.coroner(&["jobs"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("rt-otlp-")).count(), 1000);
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(listed.lines().filter(|l| l.starts_with("rt-otlp-0-") || l.starts_with("rt-otlp-1-")).count(), 1000);
+    // The export past the limit created jobs up to --max-jobs (1,100), none beyond.
+    assert_eq!(listed.lines().filter(|l| l.starts_with("rt-otlp-over-")).count(), 100);
     // Every job is still searchable, writer open or not.
     let out = server.coroner(&["search", "rt-otlp-0-3", "loss"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("step 1 loss 2.0"), "{}", String::from_utf8_lossy(&out.stderr));

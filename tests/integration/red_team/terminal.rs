@@ -53,6 +53,7 @@ fn no_cli_output_holds_a_raw_escape() {
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     });
     std::thread::sleep(Duration::from_millis(500));
+    let deep = "(".repeat(50);
     let runs: Vec<Vec<&str>> = vec![
         vec!["report", "rt-term"],
         vec!["report", "rt-term", "--json"],
@@ -63,7 +64,7 @@ fn no_cli_output_holds_a_raw_escape() {
         vec!["snapshot", "list", "rt-term"],
         vec!["jobs"],
         vec!["count", "rt-term", "step"],
-        vec!["search", "rt-term", &"(".repeat(50)],
+        vec!["search", "rt-term", &deep],
     ];
     for args in &runs {
         let out = server.coroner(args);
