@@ -21,13 +21,12 @@ pub enum Limit {
     StringLength,
     SnapshotQuota,
     PartialQuota,
-    IndexQuota,
     IdleStream,
     ClaimByHash,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 15] = [
+    pub const ALL: [Limit; 14] = [
         Limit::QueryBytes,
         Limit::QueryDepth,
         Limit::QueryClauses,
@@ -40,7 +39,6 @@ impl Limit {
         Limit::StringLength,
         Limit::SnapshotQuota,
         Limit::PartialQuota,
-        Limit::IndexQuota,
         Limit::IdleStream,
         Limit::ClaimByHash,
     ];
@@ -59,7 +57,6 @@ impl Limit {
             Limit::StringLength => "string_length",
             Limit::SnapshotQuota => "snapshot_quota",
             Limit::PartialQuota => "partial_quota",
-            Limit::IndexQuota => "index_quota",
             Limit::IdleStream => "idle_stream",
             Limit::ClaimByHash => "claim_by_hash",
         }
@@ -152,9 +149,6 @@ pub struct LimitsConfig {
     /// How long an unfinished upload is kept for its agent to resume it.
     #[arg(long, env = "CORONER_PARTIAL_TTL", default_value = "1h", value_parser = crate::retention::parse_duration)]
     pub partial_ttl: Duration,
-    /// GiB of index one job may hold; its further lines are refused (0: no quota).
-    #[arg(long, env = "CORONER_MAX_JOB_INDEX_GB", default_value_t = 50)]
-    pub max_job_index_gb: u64,
 
     // --- ingest ---
     /// The share of --ingest-buffer-mb one log stream may hold (a divisor: 8 = an eighth).
@@ -203,7 +197,6 @@ impl Default for LimitsConfig {
             max_snapshot_gb: 100,
             max_partial_mb: 4096,
             partial_ttl: Duration::from_secs(3600),
-            max_job_index_gb: 50,
             ingest_stream_share: 8,
             ingest_job_share: 2,
             ingest_idle_timeout: Duration::from_secs(300),

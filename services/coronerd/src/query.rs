@@ -265,6 +265,13 @@ impl Query for QueryService {
 
     async fn watch_job(&self, req: Request<v1::GetReportRequest>) -> Result<Response<Self::WatchJobStream>, Status> {
         let id = job_id(&req.into_inner().job_id)?;
+        // A job may be watched before its agents start: it is created empty, counted against
+        // --max-jobs like any other (a read token cannot open unbounded jobs).
+        if self.jobs.store.get_job(&id).await.map_err(ServiceError::from)?.is_none() {
+            self.jobs.admit_new(&id).await?;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+            self.jobs.store.touch_job(&id, None, now).await.map_err(ServiceError::from)?;
+        }
         let job = self.jobs.get(&id, true).await?;
         let mut rx = job.watch();
         rx.borrow_and_update();
