@@ -256,7 +256,7 @@ impl Ingest for IngestService {
                 let decoded = batch_bytes(&batch);
                 let paid = prepay.take();
                 let more = decoded.saturating_sub(paid.as_ref().map_or(0, Reservation::bytes));
-                let topped = if more > 0 { Some(prepay.reserve(more).await) } else { None };
+                let topped = if more > 0 { prepay.top_up(more) } else { None };
                 let submitted = match submit_batch(&sessions, &store, batch).await {
                     // The budget goes back when the batch is committed, whether or not its
                     // acknowledgement is read.

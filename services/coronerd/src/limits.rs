@@ -133,7 +133,7 @@ pub struct LimitsConfig {
     #[arg(long, env = "CORONER_WORLD_SIZE_SLACK", default_value_t = 16)]
     pub world_size_slack: u32,
     /// Bytes of a host name, agent instance, launcher, version or note an agent sends.
-    #[arg(long, env = "CORONER_MAX_STRING_BYTES", default_value_t = 256)]
+    #[arg(long, env = "CORONER_MAX_STRING_BYTES", default_value_t = 512)]
     pub max_string_bytes: usize,
 
     // --- disk ---
@@ -191,8 +191,9 @@ impl Default for LimitsConfig {
             // 16 per agent plus 64 covers both and a job whose agents are still starting, never
             // 2^20 ranks claimed by one session (~550 MB of report).
             world_size_slack: 16,
-            // Host names are at most 253 bytes (DNS); the other strings are shorter.
-            max_string_bytes: 256,
+            // Host names are at most 253 bytes (DNS); an agent instance is a host name, a pid and
+            // a start time.
+            max_string_bytes: 512,
             max_job_snapshot_gb: 8,
             max_snapshot_gb: 100,
             max_partial_mb: 4096,

@@ -100,6 +100,15 @@ impl IngestBudget {
         Share(s, self.job_units)
     }
 
+    /// Holds `bytes` of the server's budget if they are free now (never waits).
+    pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
+        let units = bytes.div_ceil(UNIT).clamp(1, u64::from(self.total_units)) as u32;
+        let permit = self.permits.clone().try_acquire_many_owned(units).ok()?;
+        let bytes = i64::from(units) * UNIT as i64;
+        self.metrics.ingest_buffered_bytes.fetch_add(bytes, Relaxed);
+        Some(Reservation { _permits: vec![permit], bytes, metrics: self.metrics.clone() })
+    }
+
     /// Waits until `bytes` fit the job's share (if given), the stream's and the server's budget,
     /// then holds them. A batch larger than a share waits for the whole share.
     pub async fn reserve_in(&self, job: Option<&Share>, stream: &Share, bytes: u64) -> Reservation {

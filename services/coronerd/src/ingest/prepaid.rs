@@ -9,11 +9,12 @@
 //! reservation is granted it does not read on, so HTTP/2 flow control stops the agent.
 //!
 //! The handler takes the reservations in message order ([`Prepay::take`]), tops one up when the
-//! decoded batch turns out larger, and names the stream's job ([`Prepay::set_job`]) so the next
+//! decoded batch turns out larger and the budget has room ([`Prepay::top_up`], never waiting:
+//! the stream's next messages may hold its share), and names the stream's job ([`Prepay::set_job`]) so the next
 //! messages count against that job's share.
 
 use super::budget::{IngestBudget, Reservation, Share};
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use coroner_model::JobId;
 use http_body::Frame;
 use std::collections::VecDeque;
@@ -44,6 +45,13 @@ impl Prepay {
     pub async fn reserve(&self, bytes: u64) -> Reservation {
         let job = self.job.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.budget.reserve_in(job.as_ref(), &self.stream, bytes).await
+    }
+
+    /// More of the server's budget for a batch that decoded larger than its reservation, if free
+    /// now. Never waits: the stream's later messages, already reserved, may hold its share, and
+    /// they are taken only after this one.
+    pub fn top_up(&self, bytes: u64) -> Option<Reservation> {
+        self.budget.try_reserve(bytes)
     }
 
     /// The next message's reservation, made before it was decoded.
@@ -102,6 +110,10 @@ where
 type Pending = Pin<Box<dyn Future<Output = Reservation> + Send>>;
 
 /// A request body that holds each gRPC message's bytes back until they are reserved.
+///
+/// Data is passed on up to the end of each message header, then held until that message is
+/// reserved: the previous message's last bytes always pass first, so a message waiting for room
+/// never holds back the one before it (whose commit makes the room).
 struct Gate {
     inner: Body,
     prepay: Arc<Prepay>,
@@ -113,34 +125,39 @@ struct Gate {
     /// Lengths of messages whose headers passed and that are not reserved yet.
     to_reserve: VecDeque<u64>,
     pending: Option<Pending>,
-    held: Option<Frame<Bytes>>,
+    /// Received bytes not passed on yet.
+    rest: Option<Bytes>,
 }
 
 impl Gate {
     fn new(inner: Body, prepay: Arc<Prepay>) -> Gate {
-        Gate { inner, prepay, header: [0; 5], header_len: 0, payload_left: 0, to_reserve: VecDeque::new(), pending: None, held: None }
+        Gate { inner, prepay, header: [0; 5], header_len: 0, payload_left: 0, to_reserve: VecDeque::new(), pending: None, rest: None }
     }
 
-    /// Finds the message headers in `data`, queueing each message's length to reserve.
-    fn scan(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
+    /// Reads `data` up to the end of the first message header in it (queueing that message's
+    /// length to reserve): how many bytes may pass now.
+    fn scan(&mut self, data: &[u8]) -> usize {
+        let mut at = 0;
+        while at < data.len() {
             if self.payload_left > 0 {
-                let n = (self.payload_left.min(data.len() as u64)) as usize;
+                let n = self.payload_left.min((data.len() - at) as u64) as usize;
                 self.payload_left -= n as u64;
-                data.advance(n);
+                at += n;
                 continue;
             }
-            let n = (5 - self.header_len).min(data.len());
-            self.header[self.header_len..self.header_len + n].copy_from_slice(&data[..n]);
+            let n = (5 - self.header_len).min(data.len() - at);
+            self.header[self.header_len..self.header_len + n].copy_from_slice(&data[at..at + n]);
             self.header_len += n;
-            data.advance(n);
+            at += n;
             if self.header_len == 5 {
                 let len = u64::from(u32::from_be_bytes([self.header[1], self.header[2], self.header[3], self.header[4]]));
                 self.header_len = 0;
                 self.payload_left = len;
                 self.to_reserve.push_back(len);
+                return at;
             }
         }
+        at
     }
 }
 
@@ -162,25 +179,29 @@ impl http_body::Body for Gate {
                 this.pending = Some(Box::pin(async move { prepay.reserve(len.saturating_mul(2)).await }));
                 continue;
             }
-            if let Some(frame) = this.held.take() {
-                return Poll::Ready(Some(Ok(frame)));
+            if let Some(mut rest) = this.rest.take() {
+                let pass = this.scan(&rest);
+                let now = rest.split_to(pass);
+                if !rest.is_empty() {
+                    this.rest = Some(rest);
+                }
+                if !now.is_empty() {
+                    return Poll::Ready(Some(Ok(Frame::data(now))));
+                }
+                continue;
             }
             match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        let data = data.clone();
-                        this.scan(&data);
-                    }
-                    // Passed on once every message it starts is reserved.
-                    this.held = Some(frame);
-                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => this.rest = Some(data),
+                    Err(other) => return Poll::Ready(Some(Ok(other))),
+                },
                 other => return Poll::Ready(other),
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.held.is_none() && self.inner.is_end_stream()
+        self.rest.is_none() && self.to_reserve.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
@@ -203,10 +224,23 @@ mod tests {
             wire.extend_from_slice(&len.to_be_bytes());
             wire.extend(std::iter::repeat_n(9u8, len as usize));
         }
+        // Fed in pieces, as frames arrive: each stops right after a message header.
+        let mut passed = Vec::new();
         for piece in wire.chunks(4) {
-            gate.scan(piece);
+            let mut at = 0;
+            while at < piece.len() {
+                let n = gate.scan(&piece[at..]);
+                passed.push(n);
+                at += n;
+            }
         }
         assert_eq!(gate.to_reserve, [3, 0, 70_000]);
         assert_eq!((gate.header_len, gate.payload_left), (0, 0));
+        // The header of the 70,000-byte message ends at byte 5+3+5+5 = 18: a scan stops there.
+        let mut fresh = Gate::new(Body::empty(), gate.prepay.clone());
+        assert_eq!(fresh.scan(&wire), 5);
+        assert_eq!(fresh.scan(&wire[5..]), 3 + 5);
+        assert_eq!(fresh.scan(&wire[13..]), 5);
+        assert_eq!(fresh.scan(&wire[18..]), 70_000);
     }
 }
