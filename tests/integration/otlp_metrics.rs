@@ -17,7 +17,7 @@ fn text(s: &str) -> Value {
 }
 
 /// One resource (a rank's process) with its lines, 10 ms apart from `t0`.
-fn resource(job: &str, rank: i64, host: &str, t0: u64, lines: &[&str]) -> ResourceLogs {
+pub fn resource(job: &str, rank: i64, host: &str, t0: u64, lines: &[&str]) -> ResourceLogs {
     ResourceLogs {
         resource: Some(Resource {
             attributes: vec![kv("service.instance.id", text(job)), kv("coroner.rank", Value::IntValue(rank)), kv("host.name", text(host))],

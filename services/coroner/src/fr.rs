@@ -13,7 +13,7 @@ use std::process::ExitCode;
 pub fn run(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let folder = coroner_bundle::dumps::read_dumps(dir)?;
     for w in &folder.warnings {
-        eprintln!("coroner: warning: {w}");
+        crate::say_err!("coroner: warning: {w}");
     }
     if folder.dumps.is_empty() {
         anyhow::bail!("no flight recorder dump in {} (files named <prefix><rank>, pickle or JSON)", dir.display());
@@ -29,11 +29,11 @@ pub fn run(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     };
     let report = analyze(&input);
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::term::out_json(&serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
     let versions: std::collections::BTreeSet<String> = folder.dumps.values().map(|d| format!("{} {}", d.version, d.encoding)).collect();
-    println!(
+    crate::say!(
         "coroner fr: {} dump{} in {} ({}; format {})",
         folder.dumps.len(),
         if folder.dumps.len() == 1 { "" } else { "s" },
@@ -41,6 +41,7 @@ pub fn run(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
         folder.files.iter().map(|(r, f)| format!("rank {}: {f}", Rank::to_string(r))).collect::<Vec<_>>().join(", "),
         versions.into_iter().collect::<Vec<_>>().join(", ")
     );
-    print!("{}", coroner_analysis::flight::text::render(&report));
+    // Op names, call sites and file names come from the dumps: made visible like any log text.
+    crate::term::out(&coroner_analysis::flight::text::render(&report));
     Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,7 @@ mod import;
 mod remote;
 mod snapshot;
 mod suspects;
+mod term;
 mod timeline;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,10 @@ struct Cli {
     /// A CA certificate (PEM) that an `https://` server's certificate chains to, besides the public roots.
     #[arg(long, global = true, env = "CORONER_TLS_CA")]
     tls_ca: Option<PathBuf>,
+    /// Print log lines, host names and messages exactly as received, control characters and
+    /// escape sequences included (by default they are shown as `\x1b`, never sent raw to the terminal).
+    #[arg(long, global = true)]
+    raw: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -178,12 +183,13 @@ enum SnapshotCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    term::set_raw(cli.raw);
     if let Err(e) = coroner_proto::auth::set_token(cli.token.as_deref()) {
-        eprintln!("coroner: --token: {e}");
+        crate::say_err!("coroner: --token: {e}");
         return ExitCode::from(2);
     }
     if let Err(e) = coroner_proto::auth::set_tls_ca(cli.tls_ca.as_deref()) {
-        eprintln!("coroner: --tls-ca: {e}");
+        crate::say_err!("coroner: --tls-ca: {e}");
         return ExitCode::from(2);
     }
     let result = match cli.command {
@@ -215,7 +221,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("coroner: {e:#}");
+            crate::say_err!("coroner: {e:#}");
             ExitCode::from(2)
         }
     }

@@ -81,16 +81,22 @@ pub struct Config {
     /// A CA certificate (PEM) that other instances' `https://` certificates chain to (for proxied queries).
     #[arg(long, env = "CORONER_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// What one client may cost: queries, jobs, disk, ingest (`limits.rs`, docs/SECURITY.md).
+    #[command(flatten)]
+    pub limits: crate::limits::LimitsConfig,
 }
 
 fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     use anyhow::Context;
     let t = match (value, file) {
         (Some(v), _) => v.trim().to_string(),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("read the {what} token file {}", f.display()))?
-            .trim()
-            .to_string(),
+        (None, Some(f)) => {
+            check_token_file_mode(what, f)?;
+            std::fs::read_to_string(f)
+                .with_context(|| format!("read the {what} token file {}", f.display()))?
+                .trim()
+                .to_string()
+        }
         (None, None) => return Ok(None),
     };
     anyhow::ensure!(!t.is_empty(), "the {what} token is empty; give a non-empty token or leave it unset");
@@ -101,7 +107,23 @@ fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> any
     Ok(Some(t))
 }
 
-fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+/// A token file must be readable by its owner only: a token others on the host can read is a
+/// token they hold (the write token forges jobs, and with them `coroner suspects`).
+fn check_token_file_mode(what: &str, f: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(f).with_context(|| format!("read the {what} token file {}", f.display()))?.permissions().mode();
+    anyhow::ensure!(
+        mode & 0o077 == 0,
+        "the {what} token file {} can be read by group or others (mode {:o}); run `chmod 600 {}` (Kubernetes: defaultMode: 0400 on the secret volume)",
+        f.display(),
+        mode & 0o777,
+        f.display()
+    );
+    Ok(())
+}
+
+pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
     let v: f64 = s.parse().map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
     std::time::Duration::try_from_secs_f64(v).map_err(|e| format!("{s:?} is not a usable number of seconds: {e}"))
 }
@@ -132,6 +154,7 @@ impl Config {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            limits: crate::limits::LimitsConfig::default(),
         }
     }
 
