@@ -20,7 +20,7 @@ cd "$root"
 export RUSTC_BOOTSTRAP=1
 sanitizer="${SANITIZER:-none}"
 jobs="${JOBS:-1}"
-targets="${TARGETS:-lines bundle snapshot ingest}"
+targets="${TARGETS:-lines bundle snapshot ingest query snapshot_upload}"
 # The bundle target writes a folder per input: keep that in memory when we can.
 if [[ -d /dev/shm && -w /dev/shm ]]; then export TMPDIR="${TMPDIR:-/dev/shm}"; fi
 
@@ -47,8 +47,14 @@ cargo run -q --manifest-path fuzz/Cargo.toml --example make_seeds -- fuzz/seeds
 
 failed=0
 summary=()
+# The query target's seeds: ordinary queries and the red team's (issue 26).
+mkdir -p fuzz/seeds/query fuzz/seeds/snapshot_upload
+printf '%s' 'NCCL WARN' >fuzz/seeds/query/plain
+printf '%s' '"collective operation timeout" AND rank' >fuzz/seeds/query/phrase
+printf '%s' '(a OR (b AND (c OR -d)))' >fuzz/seeds/query/groups
+printf '((((((((((((((((foo))))))))))))))))' >fuzz/seeds/query/nested
 for t in $targets; do
-    mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
+    mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t" "fuzz/seeds/$t"
     before="$(ls "fuzz/artifacts/$t" | wc -l)"
     log="fuzz/artifacts/$t.log"
     echo "== $t: ${secs}s, inputs up to $(max_len "$t") bytes"

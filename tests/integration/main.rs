@@ -11,6 +11,7 @@ mod incidents;
 mod live;
 mod otlp_metrics;
 mod query_api;
+mod red_team;
 mod served;
 mod skewed_clocks;
 mod snapshots;

@@ -17,7 +17,7 @@ fn text(s: &str) -> Value {
 }
 
 /// One resource (a rank's process) with its lines, 10 ms apart from `t0`.
-fn resource(job: &str, rank: i64, host: &str, t0: u64, lines: &[&str]) -> ResourceLogs {
+pub fn resource(job: &str, rank: i64, host: &str, t0: u64, lines: &[&str]) -> ResourceLogs {
     ResourceLogs {
         resource: Some(Resource {
             attributes: vec![kv("service.instance.id", text(job)), kv("coroner.rank", Value::IntValue(rank)), kv("host.name", text(host))],
@@ -117,7 +117,18 @@ fn metrics_count_what_was_ingested() {
     let served = Served::start();
     served.import("nccl2_hang_r1", "m-hang");
     served.import("nccl2_oom_r1", "m-oom");
-    let (status, text) = served.get("/metrics");
+    // The reporter stores each job's report a moment after its last lines are in (debounced):
+    // until then a job can still read as it was half-imported (rank 0's timeout without rank 1's
+    // OOM is a hang). Wait for both reports to settle.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (status, text) = loop {
+        let (status, text) = served.get("/metrics");
+        let settled = text.lines().any(|l| l == "coroner_jobs_failed{class=\"cuda_oom\"} 1") && text.lines().any(|l| l == "coroner_jobs{verdict=\"failed\"} 2");
+        if settled || std::time::Instant::now() > deadline {
+            break (status, text);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     assert_eq!(status, 200);
     assert!(metric(&text, "coroner_ingest_lines_total") > 50.0);
     assert!(metric(&text, "coroner_ingest_bytes_total") > metric(&text, "coroner_ingest_lines_total"));

@@ -50,6 +50,27 @@ impl Served {
         served
     }
 
+    /// Sends SIGTERM and waits up to `within` for the process to exit; whether it did.
+    pub fn terminate(&self, within: Duration) -> bool {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Gone, or a zombie waiting for this test to reap it.
+            if state.is_empty() || state.split_whitespace().nth(2) == Some("Z") {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// The server's process id (for its threads and memory in /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The server's data dir (its SQLite metastore is `coroner.db` there).
     pub fn data_path(&self) -> &std::path::Path {
         self._data.path()

@@ -72,12 +72,16 @@ mod resume {
     use tonic::transport::Channel;
 
     async fn session(client: &mut IngestClient<Channel>, job: &str) -> String {
+        session_as(client, job, &format!("{job}-agent")).await
+    }
+
+    async fn session_as(client: &mut IngestClient<Channel>, job: &str, agent: &str) -> String {
         let req = v1::OpenSessionRequest {
             job_id: job.into(),
             rank: Some(0),
             world_size: Some(1),
             host: "node-a".into(),
-            agent_instance: format!("{job}-agent"),
+            agent_instance: agent.into(),
             ..Default::default()
         };
         client.open_session(req).await.expect("open a session").into_inner().session_id
@@ -132,8 +136,9 @@ mod resume {
             let stored = std::fs::read(server.data_path().join("snapshots").join(&header.sha256[..2]).join(&header.sha256)).expect("stored bytes");
             assert!(stored == content, "the stored content is the whole file");
 
-            // Another job, the same content: stored already, filed under the new job, no bytes sent.
-            let s2 = session(&mut client, "resume-2").await;
+            // Another job of the same agent, the same content: stored already, filed under the
+            // new job, no bytes sent (an agent of another identity must send them: red_team/claim_by_hash.rs).
+            let s2 = session_as(&mut client, "resume-2", "resume-1-agent").await;
             assert_eq!(status(&mut client, &s2, &header).await, v1::SnapshotStatusResponse { stored: true, resume_offset: 0 });
         });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);

@@ -15,6 +15,7 @@
 //! were being stopped (within [`SAME_MOMENT_NS`] before the stop) are its consequences.
 
 use crate::classified::ClassifiedJob;
+use crate::rules::RuleSet;
 use crate::clock::ClockModel;
 use crate::evidence::JobEvidence;
 use coroner_model::{Event, EventKind, Nanos, ProcessEndCause, Rank, Role};
@@ -96,8 +97,22 @@ fn every_rank_signalled<'a>(evidence: &'a JobEvidence, _job: &ClassifiedJob<'a>,
 
 /// Whether the job had already failed before the stop: a first-hand error or a wait that timed
 /// out, surely before `at` less [`SAME_MOMENT_NS`] (what was printed while stopping is its echo).
-pub fn failed_before(job: &ClassifiedJob<'_>, clock: &ClockModel, at: Option<Nanos>) -> bool {
-    let Some(at) = at else { return false };
+pub fn failed_before(evidence: &JobEvidence, rules: &RuleSet, job: &ClassifiedJob<'_>, clock: &ClockModel, cancel: &Cancel<'_>) -> bool {
+    // Line order where times cannot tell: an OOM kill or another failure that a log printed
+    // before its scheduler's cancel line (`Detected 1 oom-kill event`, then `STEP ... CANCELLED`;
+    // slurmstepd prints no time on the first) came first.
+    if let Some(stop) = cancel.events.first() {
+        let earlier_in_same_log = evidence.unowned.iter().any(|e| {
+            e.rank == stop.rank
+                && e.line.stream == stop.line.stream
+                && e.line.seq < stop.line.seq
+                && rules.classify(e).role == Role::Root
+        });
+        if earlier_in_same_log {
+            return true;
+        }
+    }
+    let Some(at) = cancel.at else { return false };
     job.ranks.iter().any(|(rank, evs)| {
         evs.iter().any(|c| {
             let counts = c.role == Role::Root || (c.role == Role::Symptom && c.is_wait_timeout());

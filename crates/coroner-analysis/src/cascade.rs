@@ -244,7 +244,7 @@ fn parent_of_symptom(
             let pick = if named.contains(&culprit) { Some(culprit) } else { named.first().copied() };
             (pick.map(|p| (p, "named the peer that hung up")), None)
         }
-        EventKind::WatchdogTimeout { pg, seq, op, numel_in, .. } => {
+        EventKind::WatchdogTimeout { pg, seq: Some(seq), op, numel_in, .. } => {
             let pg = pg.as_ref().map(normalize_pg).unwrap_or_else(PgId::default_pg);
             let collective = Some(match numel_in {
                 Some(n) => format!("{op} seq {seq} of process group {pg} ({n} elements)"),
@@ -337,7 +337,7 @@ mod tests {
 
     fn timeout(rank: u32, at_s: i64, seq: u64) -> Event {
         event(rank, at_s, EventKind::WatchdogTimeout {
-            pg: None, seq: SeqNo(seq), op: "ALLREDUCE".into(), numel_in: Some(1153), numel_out: Some(1153), timeout_ms: Some(600_000), elapsed_ms: None,
+            pg: None, seq: Some(SeqNo(seq)), op: "ALLREDUCE".into(), numel_in: Some(1153), numel_out: Some(1153), timeout_ms: Some(600_000), elapsed_ms: None,
         }, "Watchdog caught collective operation timeout")
     }
 

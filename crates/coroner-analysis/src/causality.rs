@@ -72,7 +72,7 @@ mod tests {
     fn a_dump_signal_follows_its_detection() {
         let mut ev = JobEvidence::default();
         ev.ranks.insert(Rank(0), RankEvidence {
-            events: vec![event(0, 100, EventKind::WatchdogTimeout { pg: None, seq: SeqNo(11), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None })],
+            events: vec![event(0, 100, EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(11)), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None })],
             ..Default::default()
         });
         ev.ranks.insert(Rank(1), RankEvidence {

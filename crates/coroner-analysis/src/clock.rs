@@ -234,7 +234,7 @@ mod proptests {
             }
             let detect_true = t0 + 100_000_000_000;
             ev.rank_mut(Rank(detector as u32)).events.push(event(detector as u32, detect_true + skews[detector],
-                EventKind::WatchdogTimeout { pg: None, seq: SeqNo(11), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None }));
+                EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(11)), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None }));
             for r in (0..n).filter(|r| *r != detector) {
                 ev.rank_mut(Rank(r as u32)).events.push(event(r as u32, detect_true + delay + skews[r],
                     EventKind::DumpSignal { pg: None, detector: Some(Rank(detector as u32)), last_enqueued: None, last_completed: None }));
@@ -319,7 +319,7 @@ mod tests {
             ev.rank_mut(Rank(0)).push(step(0, s, i64::MIN + s as i64));
             ev.rank_mut(Rank(1)).push(step(1, s, i64::MAX - s as i64));
         }
-        let watchdog = EventKind::WatchdogTimeout { pg: None, seq: coroner_model::SeqNo(1), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None };
+        let watchdog = EventKind::WatchdogTimeout { pg: None, seq: Some(coroner_model::SeqNo(1)), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None };
         let signal = EventKind::DumpSignal { pg: None, detector: Some(Rank(0)), last_enqueued: None, last_completed: None };
         ev.rank_mut(Rank(0)).events.push(Event { kind: watchdog, capture_ns: i64::MAX, ..step(0, 9, 0) });
         ev.rank_mut(Rank(1)).events.push(Event { kind: signal, capture_ns: i64::MIN, ..step(1, 9, 0) });

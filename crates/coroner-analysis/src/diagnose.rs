@@ -41,13 +41,14 @@ pub fn diagnose<'a>(
     rules: &'a RuleSet,
     clock: &ClockModel,
     progress: &Progress,
+    flight: Option<&coroner_model::FlightRecorderReport>,
 ) -> Diagnosis<'a> {
     let mut findings = root_findings(evidence, job, rules, clock);
     hardware::merge(evidence, rules, clock, &mut findings);
     findings.sort_by_key(|f| (f.undated, f.aligned_ns, f.rank));
 
     let stop = cancel::find(evidence, job, clock);
-    if let Some(c) = stop.as_ref().filter(|c| !cancel::failed_before(job, clock, c.at)) {
+    if let Some(c) = stop.as_ref().filter(|c| !cancel::failed_before(evidence, rules, job, clock, c)) {
         let advice = rules.get("stopped-from-outside").and_then(|r| r.advice.clone());
         let line = c.events.first().map(|e| format!(": {}", first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone()))).unwrap_or_default();
         return Diagnosis {
@@ -95,6 +96,18 @@ pub fn diagnose<'a>(
     }
 
     let strong: Vec<&Finding<'_>> = findings.iter().filter(|f| f.confidence >= STRONG).collect();
+    // Every rank timed out and one issued another collective: that outweighs a weak root (an
+    // error line, a traceback cut before its exception), which the timeouts themselves explain.
+    if strong.is_empty() {
+        // The dumps name who diverged: that beats the odd one out among timeouts and the rank
+        // with the lowest enqueued collective.
+        if let Some(d) = crate::flight::diagnosis(flight, evidence, job, rules, clock) {
+            return d;
+        }
+        if let Some(m) = majority::find(job) {
+            return from_majority(m, rules, clock);
+        }
+    }
     let pool: Vec<&Finding<'_>> = if strong.is_empty() { findings.iter().collect() } else { strong };
     if let Some(first) = pool.first() {
         let mut confidence = first.confidence;
@@ -121,27 +134,6 @@ pub fn diagnose<'a>(
             verdict: Verdict::Failed,
             first: Some(first_from(chosen, confidence, note)),
             other_roots: others,
-        };
-    }
-
-    if let Some(m) = majority::find(job) {
-        let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
-        let aligned = m.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
-        return Diagnosis {
-            verdict: Verdict::Failed,
-            first: Some(FirstFinding {
-                rank: m.rank,
-                candidates: m.candidates,
-                class: FaultClass::CollectiveMismatch,
-                confidence: m.confidence,
-                aligned_ns: aligned,
-                summary: m.summary,
-                rule_id: Some("collective-mismatch".to_string()),
-                advice,
-                events: m.events,
-                ordering_note: None,
-            }),
-            other_roots: Vec::new(),
         };
     }
 
@@ -239,6 +231,28 @@ pub fn diagnose<'a>(
     }
 
     Diagnosis { verdict: verdict_without_failure(evidence), first: None, other_roots: Vec::new() }
+}
+
+/// The ranks whose collective differs from the majority at the same point (`majority.rs`).
+fn from_majority<'a>(m: majority::MajorityFinding<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Diagnosis<'a> {
+    let advice = rules.get("collective-mismatch").and_then(|r| r.advice.clone());
+    let aligned = m.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+    Diagnosis {
+        verdict: Verdict::Failed,
+        first: Some(FirstFinding {
+            rank: m.rank,
+            candidates: m.candidates,
+            class: FaultClass::CollectiveMismatch,
+            confidence: m.confidence,
+            aligned_ns: aligned,
+            summary: m.summary,
+            rule_id: Some("collective-mismatch".to_string()),
+            advice,
+            events: m.events,
+            ordering_note: None,
+        }),
+        other_roots: Vec::new(),
+    }
 }
 
 const HANG_ADVICE: &str = "Look at the stuck rank's stack dump (snapshots, or py-spy dump --pid) to see where it waits: data loading, a rank-dependent branch that skips a collective, a deadlock, or a GPU that stopped. Drain its node if its GPU or NIC shows errors.";

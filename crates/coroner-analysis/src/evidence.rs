@@ -2,7 +2,7 @@
 //! Built by the pipeline (offline from files, online from agents); the analysis never sees lines.
 
 use crate::steps::StepLog;
-use coroner_model::{ClockSample, Event, EventKind, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
+use coroner_model::{ClockSample, Event, EventKind, FrDump, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
 use std::collections::BTreeMap;
 
 /// One row of a flight recorder dump's progress: the rank, the process group, and its last
@@ -30,6 +30,9 @@ pub struct JobEvidence {
     /// Collective progress read from flight recorder dumps: (rank, process group, last enqueued,
     /// last started, last completed). A rank without a dump simply has no rows here.
     pub fr_progress: Vec<FrRow>,
+    /// Each rank's newest flight recorder dump, bounded (`coroner_model::MAX_OPS_PER_GROUP`), for
+    /// matching collectives across ranks (`flight/`).
+    pub fr_dumps: BTreeMap<Rank, FrDump>,
     /// True when no more evidence is expected (an offline bundle, or every agent reported its end).
     pub finished: bool,
     /// Problems the pipeline met in its input, passed through to the report's notes.

@@ -126,7 +126,14 @@ fn attributed(evidence: &JobEvidence) -> Vec<(Rank, &Event)> {
 /// the job names), earliest first: when nothing else failed, they are the failure, rank unknown.
 pub fn unattributed<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet) -> Vec<(&'a Event, crate::rules::Verdict<'a>)> {
     let ids = Identities::new(evidence);
-    let unowned = evidence.unowned.iter().filter(|e| matches!(e.kind, EventKind::Xid { .. } | EventKind::OomKill { .. }));
+    // Unowned lines (a kernel log, a launcher's own output) count when they are hardware: an Xid
+    // or OOM-killer line, or any line the rules call a GPU hardware fault (`fallen off the bus`
+    // outside an Xid, a driver that needs a reset).
+    let unowned = evidence.unowned.iter().filter(|e| match e.kind {
+        EventKind::Xid { .. } | EventKind::OomKill { .. } => true,
+        EventKind::ErrorLine { .. } => rules.classify(e).class() == Some(FaultClass::GpuHardware),
+        _ => false,
+    });
     let mut out: Vec<(&Event, crate::rules::Verdict<'_>)> = evidence
         .hardware
         .iter()
@@ -220,7 +227,7 @@ mod merge_tests {
     /// Rank 1 went quiet before ALLREDUCE seq 11; rank 0 timed out waiting in it. Both were killed.
     fn hang() -> JobEvidence {
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(2), finished: true, ..Default::default() };
-        let timeout = EventKind::WatchdogTimeout { pg: None, seq: SeqNo(11), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: Some(600_000), elapsed_ms: None };
+        let timeout = EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(11)), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: Some(600_000), elapsed_ms: None };
         let status = |en| EventKind::PgStatus { pg: None, failing_seq: None, last_enqueued: Some(SeqNo(en)), last_started: None, last_completed: Some(SeqNo(10)) };
         ev.ranks.insert(Rank(0), RankEvidence { events: vec![init(0, 1000, "18000"), event(Some(0), 700, Stream::Stderr, timeout), event(Some(0), 701, Stream::Stderr, status(11))], lines: 9, last_capture_ns: Some(T0 + 702_000_000_000), ..Default::default() });
         ev.ranks.insert(Rank(1), RankEvidence { events: vec![init(1, 1001, "3b000"), event(Some(1), 710, Stream::Stderr, status(10))], lines: 9, last_capture_ns: Some(T0 + 710_000_000_000), ..Default::default() });

@@ -3,7 +3,8 @@
 //!
 //! The steps: align the ranks' clocks ([`clock`]), classify every event by the rules ([`rules`]),
 //! read collective progress ([`progress`]), find each rank's first-hand failure, decide the first
-//! failing rank (or the stuck one, or the deviating one), and write the [`Report`].
+//! failing rank (or the stuck one, or the deviating one; [`flight`] matches flight recorder dumps
+//! across ranks), and write the [`Report`].
 
 mod cancel;
 mod cascade;
@@ -13,6 +14,7 @@ pub mod clock;
 mod diagnose;
 pub mod evidence;
 mod findings;
+pub mod flight;
 mod gpu_memory;
 mod hang;
 mod hardware;
@@ -48,6 +50,9 @@ pub fn analyze(evidence: &JobEvidence, rules: &RuleSet) -> Report {
     let clock = clock::align(evidence);
     let job = classified::classify(evidence, rules, &clock);
     let progress = progress::collect(evidence);
-    let diagnosis = diagnose::diagnose(evidence, &job, rules, &clock, &progress);
-    report::build(evidence, rules, &job, &clock, &progress, &diagnosis)
+    let flight = flight::from_evidence(evidence, &job, &clock);
+    let diagnosis = diagnose::diagnose(evidence, &job, rules, &clock, &progress, flight.as_ref());
+    let mut report = report::build(evidence, rules, &job, &clock, &progress, &diagnosis);
+    report.flight_recorder = flight;
+    report
 }

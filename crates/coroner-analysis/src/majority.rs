@@ -48,10 +48,16 @@ pub fn find<'a>(job: &ClassifiedJob<'a>) -> Option<MajorityFinding<'a>> {
     for (rank, evs) in &job.ranks {
         for c in evs {
             match &c.event.kind {
-                EventKind::WatchdogTimeout { pg, seq, op, numel_in, .. } => {
+                EventKind::WatchdogTimeout { pg, seq, op, numel_in, .. } if !op.is_empty() => {
                     let pg = pg.as_ref().map(normalize_pg).unwrap_or_else(PgId::default_pg);
                     let who = if rank.is_unknown() { continue } else { Who::Rank(*rank) };
-                    at.entry((format!("seq {seq} of process group {pg}"), seq.0)).or_default().insert(who, ((op.clone(), *numel_in, None), c.event));
+                    // Without sequence numbers (PyTorch before 1.13), the collectives the ranks
+                    // timed out in are compared as one point: each rank's last.
+                    let key = match seq {
+                        Some(seq) => (format!("seq {seq} of process group {pg}"), seq.0),
+                        None => (format!("the collective each rank timed out in (process group {pg}; no sequence numbers in these logs)"), u64::MAX),
+                    };
+                    at.entry(key).or_default().insert(who, ((op.clone(), *numel_in, None), c.event));
                 }
                 EventKind::NcclCollective { host, pid, op, op_count, count, datatype, nranks } => {
                     let who = if rank.is_unknown() { Who::Process(host.clone(), *pid) } else { Who::Rank(*rank) };

@@ -25,7 +25,7 @@ fn exception(rank: u32, at_s: i64, ty: &str, msg: &str) -> Event {
 }
 
 fn timeout(rank: u32, at_s: i64, seq: u64, op: &str, numel: u64) -> Event {
-    let kind = EventKind::WatchdogTimeout { pg: Some(PgId("0".into())), seq: SeqNo(seq), op: op.into(), numel_in: Some(numel), numel_out: Some(numel), timeout_ms: Some(600_000), elapsed_ms: Some(600_100) };
+    let kind = EventKind::WatchdogTimeout { pg: Some(PgId("0".into())), seq: Some(SeqNo(seq)), op: op.into(), numel_in: Some(numel), numel_out: Some(numel), timeout_ms: Some(600_000), elapsed_ms: Some(600_100) };
     event(rank, at_s, kind, &format!("[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel})"))
 }
 

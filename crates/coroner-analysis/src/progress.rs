@@ -41,7 +41,7 @@ pub fn collect(evidence: &JobEvidence) -> Progress {
     for (rank, ev) in &evidence.ranks {
         for e in &ev.events {
             let (pg, update): (Option<&PgId>, Update) = match &e.kind {
-                EventKind::WatchdogTimeout { pg, seq, op, numel_in, .. } => {
+                EventKind::WatchdogTimeout { pg, seq: Some(seq), op, numel_in, .. } => {
                     let (seq, op, numel) = (*seq, op.clone(), *numel_in);
                     (pg.as_ref(), Box::new(move |p: &mut PgProgress| {
                         raise(&mut p.last_enqueued, Some(seq));

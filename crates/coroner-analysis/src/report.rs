@@ -95,6 +95,7 @@ pub fn build(
         notes,
         live_findings: Vec::new(),
         similar_incidents: None,
+        flight_recorder: None,
     }
 }
 

@@ -53,6 +53,10 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
                 c.pending.as_ref().map(|p| format!(", waiting in {p}")).unwrap_or_default())?;
         }
     }
+    if let Some(fr) = &r.flight_recorder {
+        writeln!(out, "\nFlight recorder (every rank's collectives matched):")?;
+        out.push_str(&crate::flight::text::render(fr));
+    }
     if !r.ranks.is_empty() {
         writeln!(out, "\nRanks:")?;
     }

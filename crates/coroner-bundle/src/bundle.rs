@@ -327,12 +327,24 @@ fn load_stdin(sink: &mut dyn Sink, summary: &mut LoadSummary) -> Result<(), Bund
 /// in the name it is a combined log whose lines are filed by their prefixes.
 fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, sink: &mut dyn Sink, summary: &mut LoadSummary) {
     let Some(bytes) = read(path, summary) else { return };
+    if known.is_none() && load_loose_dump(path, &bytes, sink) {
+        return;
+    }
     let (rank, stream) = match known {
         Some((r, s)) => (Some(r), s),
         None => (rank_from_name(path), stream_from_name(path)),
     };
     let name = summary.scope.relative(path);
     load_log_bytes(&name, &bytes, rank, stream, mtime_ns(path), sink, summary);
+}
+
+/// A flight recorder dump lying among plain logs (`nccl_trace_rank_3`, `fr_3.json`): read as the
+/// snapshot of the rank its name ends with. False when the file is not one.
+fn load_loose_dump(path: &Path, bytes: &[u8], sink: &mut dyn Sink) -> bool {
+    let name = file_name(path);
+    let Some(s) = crate::snapshots::loose_dump(&name, bytes, false) else { return false };
+    sink.snapshot(s.summary, s.facts, path.parent().unwrap_or(Path::new(".")));
+    true
 }
 
 /// A plain log's bytes, read by whatever opened it.

@@ -6,6 +6,7 @@
 
 mod analyze;
 mod bundle;
+pub mod dumps;
 mod lines;
 mod logfile;
 pub mod snapshots;
@@ -32,10 +33,9 @@ pub trait Sink {
     }
     fn end(&mut self, end: ProcessEnd);
     fn world_size(&mut self, n: u32);
-    /// A snapshot file, found in `bundle_dir` under `summary.name`.
-    /// A snapshot file (`summary`, without highlights) and what its readers made of it (a sink
-    /// that keeps the file itself, like an import to a server that reads it there, can ignore
-    /// `facts`).
+    /// A snapshot file, found in `bundle_dir` under `summary.name` (`summary` without highlights),
+    /// and what its readers made of it (a sink that keeps the file itself, like an import to a
+    /// server that reads it there, can ignore `facts`).
     fn snapshot(&mut self, summary: SnapshotSummary, facts: SnapshotFacts, bundle_dir: &Path);
     fn note(&mut self, note: String);
     /// The input is plain logs, not a capture bundle: nothing but the lines tells how processes ended.

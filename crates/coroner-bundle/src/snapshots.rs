@@ -11,19 +11,55 @@ pub use coroner_snapshot::kind_of;
 
 /// The rank a snapshot belongs to: `rank3.stack.txt`, or the flight recorder's `nccl_trace_rank_3`.
 fn rank_of(name: &str) -> Option<Rank> {
-    if let Some(r) = name.strip_prefix("nccl_trace_rank_") {
-        return r.parse().ok().map(Rank);
+    if name.starts_with("nccl_trace_rank_") {
+        return fr_rank_of(name);
     }
     let rest = name.strip_prefix("rank")?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok().map(Rank)
 }
 
+/// A flight recorder dump's rank: the digits its name ends with (PyTorch appends the rank to
+/// whatever prefix `TORCH_FR_DUMP_TEMP_FILE` or `TORCH_NCCL_DEBUG_INFO_TEMP_FILE` gives), before a
+/// `.json` or `.pkl` a collector may add.
+pub fn fr_rank_of(name: &str) -> Option<Rank> {
+    let stem = [".json", ".pkl", ".pickle"].iter().find_map(|e| name.strip_suffix(e)).unwrap_or(name);
+    let digits = stem.len() - stem.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    stem[stem.len() - digits..].parse().ok().map(Rank)
+}
+
+/// A loose file that is a flight recorder dump, read as a snapshot of the rank its name ends
+/// with: a pickle, or JSON named like a dump (`any_name`: JSON of any name, in a folder of dumps).
+/// `None` when the bytes are not a dump.
+pub fn loose_dump(name: &str, bytes: &[u8], any_name: bool) -> Option<Scanned> {
+    let named = any_name || kind_of("", name) == "flight_recorder" || name.contains("trace_rank");
+    let shaped = bytes.first() == Some(&0x80) || (named && coroner_snapshot::flight_json::is_json(bytes));
+    if !shaped || coroner_snapshot::flight_recorder::parse(bytes).is_err() {
+        return None;
+    }
+    Some(read_snapshot("flight_recorder", name, fr_rank_of(name), bytes))
+}
+
 /// A snapshot file read from a bundle: its summary (highlights empty) and what the readers
-/// made of it.
+/// made of it (`JobPipeline::add_snapshot_facts` files both).
 pub struct Scanned {
     pub summary: SnapshotSummary,
     pub facts: coroner_snapshot::Facts,
+}
+
+/// What the readers make of one file of `rank`.
+pub fn read_snapshot(kind: &str, name: &str, rank: Option<Rank>, bytes: &[u8]) -> Scanned {
+    Scanned {
+        summary: SnapshotSummary {
+            rank,
+            kind: kind.to_string(),
+            name: name.to_string(),
+            size: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(bytes)),
+            highlights: Vec::new(),
+        },
+        facts: coroner_snapshot::facts(kind, name, bytes, bytes.len() as u64),
+    }
 }
 
 pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
@@ -49,18 +85,10 @@ pub fn scan_snapshots(dir: &Path, warnings: &mut Vec<String>) -> Vec<Scanned> {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             match std::fs::read(&path) {
                 Ok(bytes) => {
-                    let kind = kind_of(folder, &name);
-                    out.push(Scanned {
-                        summary: SnapshotSummary {
-                            rank: rank_of(&name),
-                            kind: kind.to_string(),
-                            name: format!("{folder}/{name}"),
-                            size: bytes.len() as u64,
-                            sha256: hex::encode(Sha256::digest(&bytes)),
-                            highlights: Vec::new(),
-                        },
-                        facts: coroner_snapshot::facts(kind, &name, &bytes, bytes.len() as u64),
-                    });
+                    let (rank, kind) = (rank_of(&name), kind_of(folder, &name));
+                    let mut scanned = read_snapshot(kind, &name, rank, &bytes);
+                    scanned.summary.name = format!("{folder}/{name}");
+                    out.push(scanned);
                 }
                 Err(e) => warnings.push(format!("skipped snapshot {}: {e}", path.display())),
             }
@@ -82,6 +110,10 @@ mod tests {
         assert_eq!(kind_of("host", "nvidia-smi-q.xml"), "nvidia_smi");
         assert_eq!(kind_of("host", "dmesg-tail.txt"), "kernel_log");
         assert_eq!(rank_of("topo.txt"), None);
+        assert_eq!(rank_of("nccl_trace_rank_3.json"), Some(Rank(3)));
+        for (name, rank) in [("fr_12", Some(12)), ("/tmp/trace_7.pkl", Some(7)), ("dump", None), ("nccl_trace_rank_0.json", Some(0))] {
+            assert_eq!(fr_rank_of(name), rank.map(Rank), "{name}");
+        }
     }
 
     #[test]

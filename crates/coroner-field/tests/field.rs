@@ -5,8 +5,9 @@
 
 use coroner_field::{run_all, Scores};
 
-/// Measured 179/180 (99.4%) when set; the floor is that less about two points.
-const TOTAL_FLOOR_PCT: f64 = 97.0;
+/// Measured 179/180 (99.4%) when set, 402/416 (96.6%) with four blind hold-outs in; the floor is
+/// that less about two points.
+const TOTAL_FLOOR_PCT: f64 = 95.0;
 /// The bar: no class below 75%.
 const CLASS_FLOOR_PCT: f64 = 75.0;
 

@@ -10,10 +10,14 @@
 //! it stores capture times only, never aligned time, so a time filter arrives as per-rank capture
 //! windows; results are paged with a keyset cursor and never loaded whole.
 
+mod budget;
 mod collect;
+mod limits;
 mod schema;
 mod search;
 
+pub use budget::Budget;
+pub use limits::{check_query, QueryLimits, QueryRefused};
 pub use schema::{IndexedLine, LineRef};
 pub use search::{SearchPage, SearchRequest, MAX_PAGE_SIZE};
 
@@ -67,6 +71,14 @@ pub enum IndexError {
     Locked(PathBuf),
     #[error("bad query: {0}")]
     BadQuery(String),
+    /// The query is over its parse budget (`limits.rs`); it never reached the grammar.
+    #[error("{0}")]
+    QueryRefused(#[from] QueryRefused),
+    /// The search ran out of its time or line budget (`budget.rs`).
+    #[error("{0}")]
+    OverBudget(String),
+    #[error("the search was cancelled: its caller went away or the server is stopping")]
+    Cancelled,
     #[error("bad cursor {0:?}: pass the next_cursor of the previous page unchanged")]
     BadCursor(String),
     #[error("the index holds a damaged line: {0} (rebuild the job's index from its sources)")]
@@ -78,11 +90,15 @@ pub enum IndexError {
 }
 
 /// One job's index: a writer behind a mutex and a reader reloaded on every commit.
+///
+/// The writer (its indexing threads, merge threads and buffers: ~7 threads) is opened with the
+/// index and may be closed while the job is idle ([`JobIndex::close_writer`]); the next lines
+/// open it again. Searches never need it.
 pub struct JobIndex {
     dir: PathBuf,
     index: Index,
     fields: Fields,
-    writer: Mutex<IndexWriter>,
+    writer: Mutex<Option<IndexWriter>>,
     reader: IndexReader,
 }
 
@@ -123,12 +139,7 @@ impl JobIndex {
         };
         let mut index = index;
         index.set_executor(search_executor());
-        let writer = index.writer(WRITER_HEAP_BYTES).map_err(|e| match e {
-            TantivyError::LockFailure(LockError::LockBusy, _) => {
-                IndexError::Locked(dir.to_path_buf())
-            }
-            other => open_err(other),
-        })?;
+        let writer = open_writer(&index, dir)?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -138,7 +149,7 @@ impl JobIndex {
             dir: dir.to_path_buf(),
             index,
             fields,
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Some(writer)),
             reader,
         })
     }
@@ -148,8 +159,31 @@ impl JobIndex {
         &self.dir
     }
 
-    fn writer(&self) -> Result<MutexGuard<'_, IndexWriter>, IndexError> {
-        self.writer.lock().map_err(|_| IndexError::Poisoned)
+    /// Runs `f` with the writer, opened again if it was closed.
+    fn with_writer<T>(&self, f: impl FnOnce(&mut IndexWriter) -> Result<T, IndexError>) -> Result<T, IndexError> {
+        let mut guard: MutexGuard<'_, Option<IndexWriter>> = self.writer.lock().map_err(|_| IndexError::Poisoned)?;
+        let writer = match guard.as_mut() {
+            Some(w) => w,
+            None => guard.insert(open_writer(&self.index, &self.dir)?),
+        };
+        f(writer)
+    }
+
+    /// Whether the writer is open (its threads running).
+    pub fn has_writer(&self) -> bool {
+        self.writer.lock().map(|w| w.is_some()).unwrap_or(false)
+    }
+
+    /// Commits what is buffered and closes the writer, stopping its threads; the next
+    /// [`JobIndex::add`] opens it again. Blocks while a commit or merge runs.
+    pub fn close_writer(&self) -> Result<(), IndexError> {
+        let mut guard = self.writer.lock().map_err(|_| IndexError::Poisoned)?;
+        if let Some(mut writer) = guard.take() {
+            writer.commit()?;
+            writer.wait_merging_threads()?;
+            self.reader.reload()?;
+        }
+        Ok(())
     }
 
     /// Buffers lines for the next commit; they are neither durable nor searchable before it.
@@ -159,34 +193,44 @@ impl JobIndex {
 
     /// [`JobIndex::add`] for borrowed lines.
     pub fn add_refs<'a>(&self, lines: impl IntoIterator<Item = LineRef<'a>>) -> Result<(), IndexError> {
-        let writer = self.writer()?;
-        // Documents go to the indexing threads in batches: one channel message and at most one
-        // wake-up per batch instead of per line.
-        let mut batch = Vec::with_capacity(ADD_BATCH);
-        for line in lines {
-            batch.push(UserOperation::Add(to_document(&self.fields, line)));
-            if batch.len() == ADD_BATCH {
-                writer.run(std::mem::replace(&mut batch, Vec::with_capacity(ADD_BATCH)))?;
+        self.with_writer(|writer| {
+            // Documents go to the indexing threads in batches: one channel message and at most
+            // one wake-up per batch instead of per line.
+            let mut batch = Vec::with_capacity(ADD_BATCH);
+            for line in lines {
+                batch.push(UserOperation::Add(to_document(&self.fields, line)));
+                if batch.len() == ADD_BATCH {
+                    writer.run(std::mem::replace(&mut batch, Vec::with_capacity(ADD_BATCH)))?;
+                }
             }
-        }
-        writer.run(batch)?;
-        Ok(())
+            writer.run(batch)?;
+            Ok(())
+        })
     }
 
     /// Makes every added line durable, and searchable once this returns.
     pub fn commit(&self) -> Result<(), IndexError> {
-        let mut writer = self.writer()?;
-        writer.commit()?;
+        self.with_writer(|writer| {
+            writer.commit()?;
+            Ok(())
+        })?;
         self.reader.reload()?;
         Ok(())
     }
 
     /// One page of the lines matching `q`, in (capture_ns, rank, stream, seq) order, or in
     /// (capture_ns + rank offset, rank, stream, seq) order when `q.order_offsets` is set.
+    /// Within the default query limits and no time or line budget.
     pub fn search(&self, q: &SearchRequest) -> Result<SearchPage, IndexError> {
+        self.search_within(q, &Budget::default(), true)
+    }
+
+    /// [`JobIndex::search`] within `budget`; `parallel`: spread the segments over the shared
+    /// search threads (only when no other search waits for them), else search on this thread.
+    pub fn search_within(&self, q: &SearchRequest, budget: &Budget, parallel: bool) -> Result<SearchPage, IndexError> {
         let limit = q.limit.min(MAX_PAGE_SIZE);
         let after = q.cursor.as_deref().map(search::decode_cursor).transpose()?;
-        let query = search::build_query(&self.index, &self.fields, q)?;
+        let query = search::build_query(&self.index, &self.fields, q, &budget.limits)?;
         let collector = PageCollector {
             after,
             // One more than a page tells whether another page follows.
@@ -195,7 +239,7 @@ impl JobIndex {
             offsets: search::offsets_by_rank_key(q),
         };
         let searcher = self.reader.searcher();
-        let (total, mut top) = searcher.search(&query, &collector)?;
+        let (total, mut top) = run(&searcher, query.as_ref(), collector, budget, parallel)?;
         let next_cursor = if top.len() > limit {
             top.truncate(limit);
             top.last().map(|(key, _)| search::encode_cursor(*key))
@@ -224,11 +268,13 @@ impl JobIndex {
 
     /// How many lines match `query` (tantivy syntax; empty = all) per rank; `None` = no rank.
     pub fn count_by_rank(&self, query: &str) -> Result<BTreeMap<Option<u32>, u64>, IndexError> {
-        let query = search::parse_text_query(&self.index, &self.fields, query)?;
-        let stats = self
-            .reader
-            .searcher()
-            .search(&query, &OriginStatsCollector)?;
+        self.count_by_rank_within(query, &Budget::default(), true)
+    }
+
+    /// [`JobIndex::count_by_rank`] within `budget` (`parallel` as in [`JobIndex::search_within`]).
+    pub fn count_by_rank_within(&self, query: &str, budget: &Budget, parallel: bool) -> Result<BTreeMap<Option<u32>, u64>, IndexError> {
+        let query = search::parse_text_query(&self.index, &self.fields, query, &budget.limits)?;
+        let stats = run(&self.reader.searcher(), query.as_ref(), OriginStatsCollector, budget, parallel)?;
         let mut out = BTreeMap::new();
         for (origin, s) in stats {
             *out.entry(search::rank_of_origin(origin)).or_insert(0) += s.count;
@@ -288,9 +334,10 @@ impl JobIndex {
 
     /// Commits what is buffered and waits for background merges: an orderly shutdown.
     pub fn close(self) -> Result<(), IndexError> {
-        let mut writer = self.writer.into_inner().map_err(|_| IndexError::Poisoned)?;
-        writer.commit()?;
-        writer.wait_merging_threads()?;
+        if let Some(mut writer) = self.writer.into_inner().map_err(|_| IndexError::Poisoned)? {
+            writer.commit()?;
+            writer.wait_merging_threads()?;
+        }
         Ok(())
     }
 
@@ -298,6 +345,27 @@ impl JobIndex {
     pub fn num_lines(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
+}
+
+fn open_writer(index: &Index, dir: &Path) -> Result<IndexWriter, IndexError> {
+    index.writer(WRITER_HEAP_BYTES).map_err(|e| match e {
+        TantivyError::LockFailure(LockError::LockBusy, _) => IndexError::Locked(dir.to_path_buf()),
+        other => IndexError::Open { path: dir.to_path_buf(), source: other },
+    })
+}
+
+/// Runs `collector` over every segment within `budget`, on the shared search threads or this one.
+fn run<C: tantivy::collector::Collector>(
+    searcher: &Searcher,
+    query: &dyn tantivy::query::Query,
+    collector: C,
+    budget: &Budget,
+    parallel: bool,
+) -> Result<C::Fruit, IndexError> {
+    let collector = budget::Budgeted { inner: collector, budget };
+    let executor = if parallel { search_executor() } else { Executor::single_thread() };
+    let scoring = tantivy::query::EnableScoring::disabled_from_searcher(searcher);
+    budget::settle(budget, searcher.search_with_executor(query, &collector, &executor, scoring))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use crate::collect::{SortKey, Windows};
 use crate::schema::{origin, unpack_origin, Fields};
-use crate::IndexError;
+use crate::{check_query, IndexError, QueryLimits};
 use coroner_model::Stream;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -92,7 +92,10 @@ pub(crate) fn parse_text_query(
     index: &Index,
     f: &Fields,
     query: &str,
+    limits: &QueryLimits,
 ) -> Result<Box<dyn Query>, IndexError> {
+    // Before the grammar: it backtracks exponentially on nested groups (`limits.rs`).
+    check_query(query, limits)?;
     if query.trim().is_empty() {
         return Ok(Box::new(AllQuery));
     }
@@ -113,9 +116,10 @@ pub(crate) fn build_query(
     index: &Index,
     f: &Fields,
     req: &SearchRequest,
+    limits: &QueryLimits,
 ) -> Result<Box<dyn Query>, IndexError> {
     let mut clauses: Vec<(Occur, Box<dyn Query>)> =
-        vec![(Occur::Must, parse_text_query(index, f, &req.query)?)];
+        vec![(Occur::Must, parse_text_query(index, f, &req.query, limits)?)];
     if let Some(rank) = req.rank {
         clauses.push((
             Occur::Must,

@@ -504,3 +504,66 @@ fn new_indexes_do_not_index_capture_time() {
     let entry = schema.get_field_entry(f.capture_ns);
     assert!(entry.is_fast() && !entry.is_indexed());
 }
+
+#[test]
+fn a_query_over_its_parse_budget_is_refused_before_the_grammar_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = sample_index(dir.path());
+    let attack = format!("{}foo{}", "(".repeat(100), ")".repeat(100));
+    let started = std::time::Instant::now();
+    match idx.search(&req(&attack)) {
+        Err(IndexError::QueryRefused(r)) => assert_eq!(r.limit, "query_depth"),
+        other => panic!("{other:?}"),
+    }
+    match idx.count_by_rank(&attack) {
+        Err(IndexError::QueryRefused(r)) => assert_eq!(r.limit, "query_depth"),
+        other => panic!("{other:?}"),
+    }
+    // The grammar would take longer than the age of the universe; the check takes microseconds.
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+}
+
+#[test]
+fn a_search_stops_when_its_budget_is_spent_or_its_caller_raises_stop() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = JobIndex::open_or_create(dir.path()).expect("open index");
+    let lines: Vec<IndexedLine> = (0..5000u64)
+        .map(|i| line(Some(0), Stream::Stdout, i, i as i64, "step loss"))
+        .collect();
+    idx.add(&lines).expect("add");
+    idx.commit().expect("commit");
+    let limits = QueryLimits::default();
+    // Within budget: the whole answer.
+    let ok = Budget::new(limits, Some(std::time::Duration::from_secs(60)), 10_000, Arc::default());
+    assert_eq!(idx.search_within(&req("step"), &ok, false).expect("within budget").total, 5000);
+    // More matches than the line budget: an error, not a partial count.
+    let few = Budget::new(limits, None, 2000, Arc::default());
+    assert!(matches!(idx.search_within(&req("step"), &few, false), Err(IndexError::OverBudget(m)) if m.contains("2000 lines")));
+    let few = Budget::new(limits, None, 2000, Arc::default());
+    assert!(matches!(idx.count_by_rank_within("", &few, true), Err(IndexError::OverBudget(_))));
+    // A deadline already passed.
+    let late = Budget::new(limits, Some(std::time::Duration::ZERO), u64::MAX, Arc::default());
+    assert!(matches!(idx.search_within(&req("step"), &late, true), Err(IndexError::OverBudget(m)) if m.contains("out of time")));
+    // The caller went away.
+    let stop = Arc::new(AtomicBool::new(true));
+    let gone = Budget::new(limits, None, u64::MAX, stop);
+    assert!(matches!(idx.search_within(&req("step"), &gone, false), Err(IndexError::Cancelled)));
+}
+
+#[test]
+fn a_closed_writer_reopens_on_the_next_lines_and_searches_never_need_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = sample_index(dir.path());
+    assert!(idx.has_writer());
+    idx.close_writer().expect("close the writer");
+    assert!(!idx.has_writer());
+    assert_eq!(idx.search(&req("watchdog")).expect("search").total, 4);
+    idx.add(&[line(Some(9), Stream::Stdout, 0, 1, "after the writer came back")]).expect("add reopens");
+    idx.commit().expect("commit");
+    assert!(idx.has_writer());
+    assert_eq!(idx.search(&req("\"writer came back\"")).expect("search").total, 1);
+    idx.close_writer().expect("close again");
+    idx.close().expect("close without a writer");
+}

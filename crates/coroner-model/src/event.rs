@@ -81,10 +81,11 @@ pub struct LauncherFailure {
 pub enum EventKind {
     /// A training-loop progress line (`step 4`, `iteration 120/1000`, `epoch 2`).
     Step { step: u64 },
-    /// ProcessGroupNCCL's watchdog caught a collective that ran past its timeout.
+    /// ProcessGroupNCCL's watchdog caught a collective that ran past its timeout. PyTorch before
+    /// 1.13 did not print the sequence number (`WorkNCCL(OpType=BROADCAST, Timeout(ms)=...)`).
     WatchdogTimeout {
         pg: Option<PgId>,
-        seq: SeqNo,
+        seq: Option<SeqNo>,
         op: String,
         numel_in: Option<u64>,
         numel_out: Option<u64>,

@@ -7,6 +7,8 @@
 mod class;
 mod clock;
 mod event;
+mod flight;
+mod flight_report;
 mod gpu;
 mod ids;
 mod incident;
@@ -20,6 +22,10 @@ pub use class::{FaultClass, Role, Verdict};
 pub use clock::ClockSample;
 pub use event::{
     CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef,
+};
+pub use flight::{FrDump, FrFrame, FrGroup, FrOp, FrSeq, FrState, MAX_FRAMES, MAX_OPS_PER_GROUP};
+pub use flight_report::{
+    FlightRecorderReport, FrDivergence, FrEntryView, FrGroupReport, FrRule, FrStop, FrStraggler, FrVerdict,
 };
 pub use gpu::{GpuSample, GPU_QUERY_FIELDS, GPU_SAMPLE_PREFIX};
 pub use ids::{HostId, JobId, PgId, Rank, SeqNo, MAX_WORLD_SIZE};

@@ -30,6 +30,9 @@ pub struct Report {
     /// history: coronerd, or `coroner analyze --history`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub similar_incidents: Option<crate::SimilarIncidents>,
+    /// What matching the ranks' flight recorder dumps found, when there were any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flight_recorder: Option<crate::FlightRecorderReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -41,6 +41,9 @@ pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
         out.push(pg_status(body));
     } else if body.contains("Terminating the process after attempting to dump debug info")
         || body.contains("we are taking the entire process down")
+        // `Process group watchdog thread terminated with exception: ...` cut before its cause (a
+        // terminal's wrap, a paste): the watchdog gave up, and why is not in the line.
+        || (body.contains("watchdog thread terminat") && !body.contains("exception: "))
     {
         out.push(EventKind::WatchdogAbort { pg: pg_of(body) });
     } else if body.contains("watchdog got stuck for") || body.contains("Heartbeat monitor timed out") {
@@ -165,13 +168,15 @@ pub fn pg_of(body: &str) -> Option<PgId> {
     Some(PgId(r[..n].to_string()))
 }
 
-/// `WorkNCCL(SeqNum=11, OpType=ALLREDUCE, NumelIn=1153, NumelOut=1153, Timeout(ms)=20000) ran for 20038 milliseconds`
+/// `WorkNCCL(SeqNum=11, OpType=ALLREDUCE, NumelIn=1153, NumelOut=1153, Timeout(ms)=20000) ran for
+/// 20038 milliseconds`; before PyTorch 1.13 without `SeqNum`; cut anywhere (a terminal that
+/// wrapped the line, a paste): the timeout is an event with what could be read.
 fn watchdog_timeout(body: &str) -> Option<EventKind> {
-    let at = body.find("WorkNCCL(")?;
-    let w = &body[at + 9..];
+    let at = body.find("WorkNCCL(").map_or(body.len(), |a| a + 9);
+    let w = &body[at..];
     let end = w.find(" ran for").unwrap_or(w.len());
     let fields = &w[..end];
-    let seq = num_after(fields, "SeqNum=")?;
+    let seq = num_after(fields, "SeqNum=").map(SeqNo);
     let op = fields
         .find("OpType=")
         .map(|i| {
@@ -182,7 +187,7 @@ fn watchdog_timeout(body: &str) -> Option<EventKind> {
         .unwrap_or_default();
     Some(EventKind::WatchdogTimeout {
         pg: pg_of(body),
-        seq: SeqNo(seq),
+        seq,
         op,
         numel_in: num_after(fields, "NumelIn="),
         numel_out: num_after(fields, "NumelOut="),
@@ -328,13 +333,19 @@ mod tests {
     #[test]
     fn watchdog_timeout_versions() {
         let k = one("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=11, OpType=ALLREDUCE, NumelIn=1153, NumelOut=1153, Timeout(ms)=20000) ran for 20038 milliseconds before timing out.");
-        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: SeqNo(11), op: "ALLREDUCE".into(), numel_in: Some(1153), numel_out: Some(1153), timeout_ms: Some(20000), elapsed_ms: Some(20038) });
+        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(11)), op: "ALLREDUCE".into(), numel_in: Some(1153), numel_out: Some(1153), timeout_ms: Some(20000), elapsed_ms: Some(20038) });
         // PyTorch 1.13 / 2.0: no sizes.
         let k = one("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=57, OpType=_ALLGATHER_BASE, Timeout(ms)=1800000) ran for 1800593 milliseconds before timing out.");
-        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: SeqNo(57), op: "_ALLGATHER_BASE".into(), numel_in: None, numel_out: None, timeout_ms: Some(1800000), elapsed_ms: Some(1800593) });
+        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(57)), op: "_ALLGATHER_BASE".into(), numel_in: None, numel_out: None, timeout_ms: Some(1800000), elapsed_ms: Some(1800593) });
+        // PyTorch 1.x: no sequence number.
+        let k = one("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1801177 milliseconds before timing out.");
+        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: None, op: "BROADCAST".into(), numel_in: None, numel_out: None, timeout_ms: Some(1800000), elapsed_ms: Some(1801177) });
+        // Cut by a terminal's wrap: what is there.
+        let k = one("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(S");
+        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: None, op: String::new(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None });
         // 2.2-ish with the PG in front.
         let k = one("[PG 1 Rank 15] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=10, NumelOut=10, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.");
-        assert!(matches!(k, EventKind::WatchdogTimeout { pg: Some(PgId(ref p)), seq: SeqNo(3), .. } if p == "1"));
+        assert!(matches!(k, EventKind::WatchdogTimeout { pg: Some(PgId(ref p)), seq: Some(SeqNo(3)), .. } if p == "1"));
     }
 
     #[test]

@@ -153,9 +153,50 @@ const PHRASES: &[(&str, Act)] = &[
     ("Bus error", Act::Error),
     ("Illegal instruction", Act::Error),
     ("Killed", Act::Error),
+    // The shell's own words in other locales (bash's translations of "Killed", "Segmentation
+    // fault" and "Aborted (core dumped)").
     ("已杀死", Act::Error),
+    ("已殺死", Act::Error),
+    ("強制終了", Act::Error),
+    ("Getötet", Act::Error),
+    ("Processus arrêté", Act::Error),
+    ("Убито", Act::Error),
     ("段错误", Act::Error),
+    ("記憶體區段錯誤", Act::Error),
+    ("セグメンテーション違反", Act::Error),
+    ("Speicherzugriffsfehler", Act::Error),
+    ("Erreur de segmentation", Act::Error),
+    ("Ошибка сегментирования", Act::Error),
     ("核心已转储", Act::Error),
+    ("已放弃", Act::Error),
+    ("Abgebrochen (Speicherabzug geschrieben)", Act::Error),
+    ("illegal memory access", Act::Error),
+    // glibc's heap checks, then its abort (native memory corruption).
+    ("munmap_chunk(): invalid pointer", Act::Error),
+    ("double free or corruption", Act::Error),
+    ("free(): invalid pointer", Act::Error),
+    ("corrupted size vs. prev_size", Act::Error),
+    ("malloc(): corrupted", Act::Error),
+    ("*** Error in `", Act::Error),
+    ("from checkpoint, the shape in current model is", Act::Error),
+    ("Shape mismatch in the collective", Act::Error),
+    ("vocab size of the tokenizer", Act::Error),
+    ("op.preamble.length <= op.nbytes", Act::Error),
+    ("due to Overflow", Act::Error),
+    ("Not all ranks joining collective", Act::Error),
+    ("missing ranks: {", Act::Error),
+    ("*** SIGSEGV", Act::Error),
+    ("*** SIGBUS", Act::Error),
+    ("*** SIGABRT", Act::Error),
+    ("the launch timed out and was terminated", Act::Error),
+    ("collective mismatch error", Act::Error),
+    ("A worker died or was killed while executing", Act::Error),
+    ("CUDA-capable device(s) is/are busy or unavailable", Act::Error),
+    // A Rust program's panic (TGI's router, candle): `thread 'main' panicked at '...'`.
+    ("' panicked at ", Act::Error),
+    ("uncorrectable NVLink error", Act::Error),
+    ("Nan in summary histogram", Act::Error),
+    ("invalid value (nan) encountered", Act::Error),
     ("killed due to memory pressure", Act::Error),
     ("exceeds the memory usage threshold", Act::Error),
     ("Ray killed this worker", Act::Error),
@@ -188,6 +229,7 @@ const PHRASES: &[(&str, Act)] = &[
     (" NCCL WARN ", Act::NcclWarn),
     ("NVRM:", Act::Kernel),
     ("Killed process", Act::Kernel),
+    ("invoked oom-killer", Act::Kernel),
     ("oom-kill:", Act::Kernel),
     ("AER:", Act::Kernel),
     ("segfault at", Act::Kernel),
@@ -234,10 +276,27 @@ pub fn has_failure_phrase(t: &str) -> bool {
     strongest(t) == Some(Act::Error)
 }
 
+/// One of TensorFlow's root errors under `InvalidArgumentError: 2 root error(s) found.`:
+/// `  (0) Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]`. The status code's words
+/// (`Invalid argument`, `Resource exhausted`, `Not found`, ...) then the message.
+fn tf_root_error(t: &str) -> Option<&str> {
+    let r = t.trim_start().strip_prefix('(')?;
+    let (n, rest) = r.split_once(") ")?;
+    if n.is_empty() || !n.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    const CODES: [&str; 12] = ["Invalid argument", "Resource exhausted", "Not found", "Failed precondition", "Internal", "Unavailable", "Aborted", "Cancelled", "Unknown", "Out of range", "Deadline exceeded", "Unimplemented"];
+    CODES.iter().any(|c| rest.starts_with(c) && rest[c.len()..].starts_with(':')).then(|| rest.trim_end())
+}
+
 /// A bare line (no glog or logging header): a kernel line, a `SomeError: message` line, or a
 /// failure phrase.
 pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
     let before = out.len();
+    if let Some(msg) = tf_root_error(t) {
+        out.push(EventKind::ErrorLine { message: msg.to_string() });
+        return true;
+    }
     let (kernel_marker, act) = scan(t);
     if kernel_marker && crate::kernel::classify(t, out) {
         return true;
@@ -282,6 +341,14 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tensorflow_root_errors_are_error_lines() {
+        assert_eq!(tf_root_error("  (0) Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]"), Some("Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]"));
+        assert_eq!(tf_root_error("  (1) Resource exhausted: OOM when allocating tensor"), Some("Resource exhausted: OOM when allocating tensor"));
+        assert_eq!(tf_root_error("(3) something else"), None);
+        assert_eq!(tf_root_error("(a) Invalid argument: x"), None);
+    }
 
     #[test]
     fn logging_records() {

@@ -5,6 +5,37 @@
 
 use coroner_model::{EventKind, Rank};
 
+/// The newer stall report names ranks one per line under a header: `Stalled ranks:` (or
+/// `Missing ranks:`), then `6: [horovod_allreduce.0, horovod_allreduce.1, ...]`, each line a rank
+/// that had not submitted the ops listed. Reads those lines while armed by the header.
+#[derive(Debug, Clone, Default)]
+pub struct RankList {
+    armed: bool,
+}
+
+impl RankList {
+    /// Reads one line; pushes a `Stall` for each rank line under a header.
+    pub fn observe(&mut self, t: &str, out: &mut Vec<EventKind>) {
+        let t = t.trim();
+        if t == "Stalled ranks:" || t == "Missing ranks:" {
+            self.armed = true;
+            return;
+        }
+        if !self.armed {
+            return;
+        }
+        let parsed = t.split_once(": [").and_then(|(n, ops)| {
+            let rank = n.trim().parse::<u32>().ok().filter(|r| *r < coroner_model::MAX_WORLD_SIZE)?;
+            let op = ops.split([',', ']']).next().unwrap_or("").trim().to_string();
+            Some((Rank(rank), op))
+        });
+        match parsed {
+            Some((rank, op)) => out.push(EventKind::Stall { op, ready: Vec::new(), missing: vec![rank] }),
+            None => self.armed = false,
+        }
+    }
+}
+
 /// The stalled ops a line lists.
 pub fn stalls(t: &str, out: &mut Vec<EventKind>) {
     if !t.contains(" ranks: ") {
@@ -58,5 +89,19 @@ mod tests {
         assert_eq!(run("HorovodBroadcast_fc_weights_0 [missing ranks: 0]"), vec![EventKind::Stall { op: "HorovodBroadcast_fc_weights_0".into(), ready: vec![], missing: vec![Rank(0)] }]);
         assert!(run("Parameter indices which did not receive grad for rank 0: 1").is_empty());
         assert!(run("waiting for [ranks: x]").is_empty());
+    }
+
+    #[test]
+    fn ranks_listed_one_per_line_under_the_header() {
+        let mut list = RankList::default();
+        let mut out = Vec::new();
+        for line in ["One or more tensors were submitted ...", "Stalled ranks:", "6: [horovod_allreduce.0, horovod_allreduce.1 ...]", "7: [horovod_allreduce.3]", "step 5 loss 1.0", "9: [x]"] {
+            list.observe(line, &mut out);
+        }
+        let missing: Vec<(String, Vec<Rank>)> = out.into_iter().map(|k| match k {
+            EventKind::Stall { op, missing, .. } => (op, missing),
+            _ => panic!(),
+        }).collect();
+        assert_eq!(missing, vec![("horovod_allreduce.0".to_string(), vec![Rank(6)]), ("horovod_allreduce.3".to_string(), vec![Rank(7)])]);
     }
 }

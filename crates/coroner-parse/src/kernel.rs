@@ -26,6 +26,13 @@ pub fn classify(t: &str, out: &mut Vec<EventKind>) -> bool {
         out.push(EventKind::OomKill { pid, process });
         return true;
     }
+    if let Some(at) = t.find(" invoked oom-killer") {
+        // `python invoked oom-killer: gfp_mask=...`: the process that asked for memory; the one
+        // killed is named on a later line, which an excerpt may lack.
+        let process = t[..at].rsplit([' ', ']']).next().filter(|p| !p.is_empty()).map(str::to_string);
+        out.push(EventKind::OomKill { pid: None, process });
+        return true;
+    }
     if let Some(at) = t.find("oom-kill:") {
         let r = &t[at..];
         let pid = num_after(r, ",pid=").and_then(|v| u32::try_from(v).ok());
@@ -48,7 +55,15 @@ pub fn classify(t: &str, out: &mut Vec<EventKind>) -> bool {
         }
         return true;
     }
-    if (t.contains("ECC") && (t.contains("ncorrectable") || t.contains("double-bit") || t.contains("DBE")))
+    // The driver reporting it cannot use the GPU (outside an Xid): a GSP call that failed with
+    // a reset required, a probe that failed, a GPU that stopped answering.
+    let driver_failure = t.contains("NVRM:")
+        && ["Reset required", "NV_ERR_RESET_REQUIRED", "probe routine failed", "RmInitAdapter failed", "not responding", "GPU has fallen off", "GSP", "timeout"]
+            .iter()
+            .any(|w| t.contains(w))
+        && (t.contains("fail") || t.contains("Reset required") || t.contains("not responding") || t.contains("timeout"));
+    if driver_failure
+        || (t.contains("ECC") && (t.contains("ncorrectable") || t.contains("double-bit") || t.contains("DBE")))
         || t.contains("fallen off the bus")
         || t.contains("Machine check")
         || t.contains("segfault at ")

@@ -61,7 +61,7 @@ pub fn kubernetes(t: &str) -> Option<EventKind> {
 ///   (or `returned non-zero exit status 1.`), only when the command was a training worker (it
 ///   names a `--local_rank`);
 /// - Open MPI: `mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed).`;
-/// - TGI: `Shard process was signaled to shutdown with signal 4 rank=0`.
+/// - TGI: `Shard process was signaled to shutdown with signal 4 rank=0`, `Shard 0 failed to start`.
 pub fn worker_end(t: &str) -> Option<EventKind> {
     let failure = |global: Option<u64>, local: Option<u64>, code: Option<i64>, signal: Option<i64>, pid: Option<u64>| {
         let (exit_code, sig) = split_code(code.and_then(|c| i32::try_from(c).ok()));
@@ -111,7 +111,52 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
         let r = &t[at..];
         return Some(failure(num_after(r, "rank="), None, None, num_after(r, "with signal ").map(|v| v as i64), None));
     }
+    if let Some(at) = t.find("Shard ").filter(|_| t.contains(" failed to start")) {
+        // How it ended is not said, only that shard N (rank N) did not come up.
+        let r = &t[at + 6..];
+        if r.split_once(' ').is_some_and(|(n, rest)| n.bytes().all(|c| c.is_ascii_digit()) && rest.starts_with("failed to start")) {
+            return Some(failure(leading_u64(r), None, None, None, None));
+        }
+    }
     None
+}
+
+/// DeepSpeed's launcher report of a worker's end wrapped over several lines (the worker's whole
+/// argv, long enough for a terminal or a paste to break it): `[launch.py:320:sigkill_handler]
+/// ['/opt/conda/bin/python', '-u', 'train.py', '--local_rank=1', ...` on one line and `...] exits
+/// with return code = -9` some lines later. Joined, it reads as [`worker_end`] reads one line.
+#[derive(Debug, Clone, Default)]
+pub struct WrappedReport {
+    text: String,
+    lines: u8,
+}
+
+impl WrappedReport {
+    /// The most lines and bytes a wrapped report is looked for over.
+    const MAX_LINES: u8 = 24;
+    const MAX_BYTES: usize = 16 << 10;
+
+    /// Reads one line; pushes the worker's end when a wrapped report completes on it.
+    pub fn observe(&mut self, t: &str, out: &mut Vec<EventKind>) {
+        if self.lines == 0 {
+            if t.contains("sigkill_handler] [") && !t.contains("exits with return code") {
+                self.text = t.to_string();
+                self.lines = 1;
+            }
+            return;
+        }
+        self.lines += 1;
+        if self.text.len() + t.len() <= Self::MAX_BYTES {
+            self.text.push(' ');
+            self.text.push_str(t.trim());
+        }
+        if t.contains("exits with return code") {
+            out.extend(worker_end(&self.text));
+            *self = WrappedReport::default();
+        } else if self.lines >= Self::MAX_LINES {
+            *self = WrappedReport::default();
+        }
+    }
 }
 
 /// The "first process to exit" report of Open MPI and Horovod's own runner: `... exited with
@@ -170,15 +215,54 @@ fn split_code(code: Option<i32>) -> (Option<i32>, Option<i32>) {
     }
 }
 
+/// srun's report of how its tasks ended: `srun: error: node7: task 1: Segmentation fault (core
+/// dumped)`, `srun: error: n1: tasks 8-13,15: Exited with exit code 1`, `... task 0: Killed`.
+/// Under srun the task id is the global rank. One event per task named.
+pub fn srun_task_ends(t: &str) -> Vec<EventKind> {
+    let Some(rest) = t.strip_prefix("srun: error: ") else { return Vec::new() };
+    let mut parts = rest.splitn(3, ": ");
+    let (Some(_node), Some(tasks), Some(what)) = (parts.next(), parts.next(), parts.next()) else { return Vec::new() };
+    let Some(list) = tasks.strip_prefix("tasks ").or_else(|| tasks.strip_prefix("task ")) else { return Vec::new() };
+    let what = what.trim();
+    let (exit_code, signal) = if let Some(code) = what.strip_prefix("Exited with exit code ") {
+        split_code(code.trim().parse().ok())
+    } else {
+        // `Out Of Memory`: the step's cgroup OOM killer (SIGKILL).
+        let signal = [("Segmentation fault", 11), ("Bus error", 7), ("Illegal instruction", 4), ("Floating point exception", 8), ("Aborted", 6), ("Killed", 9), ("Out Of Memory", 9), ("Terminated", 15)]
+            .iter()
+            .find(|(name, _)| what.starts_with(name))
+            .map(|(_, n)| *n);
+        if signal.is_none() {
+            return Vec::new();
+        }
+        (None, signal)
+    };
+    let mut ranks = Vec::new();
+    for item in list.split(',') {
+        let (a, b) = item.split_once('-').unwrap_or((item, item));
+        let (Ok(a), Ok(b)) = (a.trim().parse::<u32>(), b.trim().parse::<u32>()) else { return Vec::new() };
+        if b < a || b - a > 4096 {
+            return Vec::new();
+        }
+        ranks.extend(a..=b);
+    }
+    ranks
+        .into_iter()
+        .map(|r| EventKind::LauncherWorkerFailed(LauncherFailure { global_rank: Some(Rank(r)), local_rank: None, exit_code, signal, pid: None, host: None, root_cause_row: false }))
+        .collect()
+}
+
 /// Slurm's own lines; `None` when the line is not one.
 pub fn slurm(t: &str) -> Option<EventKind> {
     let is_srun = t.starts_with("srun: error:")
         || t.starts_with("srun: Job step aborted")
         || t.starts_with("srun: forcing job termination")
         || t.starts_with("srun: Force Terminated");
-    let is_stepd = t.starts_with("slurmstepd: error:") && t.contains("***");
+    // `slurmstepd: error:`, or `slurmstepd-<host>: error:` as newer Slurm names it.
+    let stepd = t.starts_with("slurmstepd") && t.split_once(": error:").is_some_and(|(head, _)| !head.contains(' '));
+    let is_stepd = stepd && t.contains("***");
     let banner = (t.starts_with("*** JOB ") || t.starts_with("*** STEP ")) && t.contains("CANCELLED");
-    if t.starts_with("slurmstepd: error:") && t.contains("oom_kill event") {
+    if stepd && (t.contains("oom_kill event") || t.contains("oom-kill event")) {
         return Some(EventKind::OomKill { pid: None, process: None });
     }
     (is_srun || is_stepd || banner).then(|| EventKind::SchedulerEnd { message: t.trim().to_string() })
@@ -345,10 +429,41 @@ mod tests {
         assert_eq!(one("subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=7', '--epochs', '180']' died with <Signals.SIGSEGV: 11>."), (None, Some(7), None, Some(11)));
         assert_eq!(one("mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed)."), (Some(1), None, None, Some(9)));
         assert_eq!(one("ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown with signal 4 rank=0"), (Some(0), None, None, Some(4)));
+        assert_eq!(one("2023-12-16T09:36:24.632149Z ERROR text_generation_launcher: Shard 1 failed to start"), (Some(1), None, None, None));
         assert_eq!(one("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>"), (Some(2), Some(2), None, Some(9)));
         assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");
         // A build step that failed is not a training worker's end.
         assert!(worker_end("subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.").is_none());
+    }
+
+    #[test]
+    fn a_deepspeed_report_wrapped_over_lines_names_its_worker() {
+        let mut w = WrappedReport::default();
+        let mut out = Vec::new();
+        for line in [
+            "[2023-11-13 16:59:55,650] [ERROR] [launch.py:320:sigkill_handler] ['/opt/conda/bin/python', '-u', 'train.py', '--local_rank=1', '--model', 'x',",
+            "'--stage', '1', '--save_path',",
+            "'./ckpt/'",
+            "] exits with return code = -9",
+        ] {
+            w.observe(line, &mut out);
+        }
+        assert!(matches!(out.as_slice(), [EventKind::LauncherWorkerFailed(f)] if f.local_rank == Some(1) && f.signal == Some(9)), "{out:?}");
+    }
+
+    #[test]
+    fn srun_names_each_task_and_how_it_ended() {
+        let ends = |t: &str| -> Vec<(Option<u32>, Option<i32>, Option<i32>)> {
+            srun_task_ends(t).into_iter().map(|k| match k {
+                EventKind::LauncherWorkerFailed(f) => (f.global_rank.map(|r| r.0), f.exit_code, f.signal),
+                _ => panic!("{k:?}"),
+            }).collect()
+        };
+        assert_eq!(ends("srun: error: nid04277: task 1: Segmentation fault (core dumped)"), vec![(Some(1), None, Some(11))]);
+        assert_eq!(ends("srun: error: slurm-job-compute-0-1: tasks 8-10,15: Exited with exit code 1"), vec![(Some(8), Some(1), None), (Some(9), Some(1), None), (Some(10), Some(1), None), (Some(15), Some(1), None)]);
+        assert_eq!(ends("srun: error: n1: task 0: Killed"), vec![(Some(0), None, Some(9))]);
+        assert!(ends("srun: error: Unable to create step for job 1234: Job/step already completing").is_empty());
+        assert!(ends("srun: error: n1: task 0: something else").is_empty());
     }
 
     #[test]

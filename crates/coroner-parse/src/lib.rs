@@ -22,6 +22,7 @@ mod glued;
 pub mod kernel;
 pub mod launcher;
 pub mod nccl;
+mod notebook;
 pub mod numerics;
 mod parser;
 pub mod prefix;

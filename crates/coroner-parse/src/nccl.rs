@@ -21,6 +21,24 @@ pub struct NcclLine<'a> {
     pub msg: &'a str,
 }
 
+/// The length of a `YYYY-MM-DD HH:MM:SS[.fff][Z] ` (or `T` between) stamp at the start, with the
+/// spaces after it.
+fn date_time_len(b: &[u8]) -> Option<usize> {
+    let d = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let ok = (0..4).all(d) && b.get(4) == Some(&b'-') && d(5) && d(6) && b.get(7) == Some(&b'-') && d(8) && d(9)
+        && matches!(b.get(10), Some(b' ' | b'T'))
+        && d(11) && d(12) && b.get(13) == Some(&b':') && d(14) && d(15) && b.get(16) == Some(&b':') && d(17) && d(18);
+    if !ok {
+        return None;
+    }
+    let mut i = 19;
+    while b.get(i).is_some_and(|c| c.is_ascii_digit() || matches!(c, b'.' | b',' | b'Z')) {
+        i += 1;
+    }
+    let spaces = b[i.min(b.len())..].iter().take_while(|c| **c == b' ').count();
+    (spaces > 0).then_some(i + spaces)
+}
+
 /// Splits an NCCL debug line, or `None` for any other line (cheaply).
 pub fn split(s: &str) -> Option<NcclLine<'_>> {
     let b = s.as_bytes();
@@ -30,6 +48,9 @@ pub fn split(s: &str) -> Option<NcclLine<'_>> {
         while b.get(i) == Some(&b' ') {
             i += 1;
         }
+    } else if let Some(n) = date_time_len(b) {
+        // A logging wrapper's own time in front (`2024-05-11 14:10:52.227 host:pid:tid [0] ...`).
+        i = n;
     }
     let start = i;
     // host: up to the first ':' (no spaces)
@@ -204,6 +225,13 @@ mod tests {
             classify(&l, &mut seen, &mut out);
         }
         out
+    }
+
+    #[test]
+    fn a_logging_wrappers_time_in_front_is_skipped() {
+        let l = split("2024-05-11 14:10:52.227 n176-080-198:2657296:2658232 [0] include/alloc.h:102 NCCL WARN Cuda failure 1 'invalid argument'").unwrap();
+        assert_eq!((l.host, l.pid, l.level, l.msg), ("n176-080-198", 2657296, "WARN", "Cuda failure 1 'invalid argument'"));
+        assert!(split("2024-05-11 14:10:52 INFO training started").is_none());
     }
 
     #[test]

@@ -28,8 +28,11 @@ static SCALE: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"(?i)(?:reducing (?:loss scale )?to|setting loss scale to:?|loss scale(?: to)?:?)\s*([0-9][0-9.e+-]*)").ok()
 });
 
+/// A loss or gradient norm printed as `nan`/`inf`: `loss: nan`, `lm loss: nan`, `train_loss=inf`,
+/// each term of a sum (`rpn_loss_cls: nan`, `loss_box: nan`), `grad_norm: nan`. A loss *scale*
+/// is not a loss (`loss scale: inf` is DeepSpeed saying it skipped a step).
 static NON_FINITE: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r#"(?i)\b((?:lm |train_|val_)?loss|grad[ _]?norm|gnorm)['"]?\s*[:=]?\s*['"]?(nan|[+-]?inf)\b"#).ok()
+    Regex::new(r#"(?i)\b((?:lm |total |train_|val_|[a-z]+_)?loss(?:_[a-z]+)*|grad[ _]?norm|gnorm)['"]?\s*[:=]?\s*['"]?(nan|[+-]?inf)\b"#).ok()
 });
 
 /// What the tracker has seen on one (rank, stream).
@@ -55,7 +58,7 @@ impl Numerics {
             return;
         }
         let Some(re) = NON_FINITE.as_ref() else { return };
-        match re.captures(t) {
+        match re.captures(t).filter(|c| !c.get(1).is_some_and(|m| m.as_str().to_ascii_lowercase().contains("scale"))) {
             Some(c) => {
                 self.non_finite_run += 1;
                 if self.non_finite_run >= NON_FINITE_RUN && !self.reported_run {
@@ -140,5 +143,9 @@ mod tests {
         assert_eq!(run(&[megatron, megatron]).len(), 1);
         assert_eq!(run(&["step 10 loss nan", "step 11 loss=inf"]).len(), 1);
         assert!(run(&["step 10 loss 0.5 (nan-safe)", "inference done", "loss: infinity-norm regulariser on"]).is_empty());
+        // A total and its terms, each on a line of its own.
+        assert_eq!(run(&["iter: 3760 / 70000, total loss: nan", " >>> rpn_loss_cls: nan", " >>> loss_box: nan"]).len(), 1);
+        // A loss scale is not a loss.
+        assert!(run(&["loss scale: inf", "loss_scale: inf"]).is_empty());
     }
 }

@@ -119,11 +119,15 @@ pub struct RankParser {
     last_bare_at: u64,
     numerics: crate::numerics::Numerics,
     first_to_exit: crate::launcher::FirstToExit,
+    wrapped_report: crate::launcher::WrappedReport,
+    horovod_ranks: crate::horovod::RankList,
     /// An NCCL error code was reported since the last WARN (one event per failing call chain).
     nccl_chain: bool,
     /// Each process's last NCCL collective traces (`NCCL_DEBUG_SUBSYS=COLL`), emitted at the end:
     /// a job issues millions, and only the last say what a process was doing when it stopped.
     last_collectives: Vec<(u32, std::collections::VecDeque<Event>)>,
+    /// The exception type of a notebook's JSON-rendered error, until its message line comes.
+    json_error: Option<String>,
 }
 
 impl RankParser {
@@ -140,8 +144,11 @@ impl RankParser {
             last_bare_at: 0,
             numerics: crate::numerics::Numerics::default(),
             first_to_exit: crate::launcher::FirstToExit::default(),
+            wrapped_report: crate::launcher::WrappedReport::default(),
+            horovod_ranks: crate::horovod::RankList::default(),
             nccl_chain: false,
             last_collectives: Vec::new(),
+            json_error: None,
         }
     }
 
@@ -207,9 +214,11 @@ impl RankParser {
         // Launchers' one-line and few-line reports of a worker's end, inside a traceback too.
         let mut ends = Vec::new();
         self.first_to_exit.observe(ctx.text, &mut ends);
+        self.wrapped_report.observe(ctx.text, &mut ends);
         if let Some(k) = launcher::worker_end(ctx.text) {
             ends.push(k);
         }
+        ends.extend(launcher::srun_task_ends(ctx.text));
         if !ends.is_empty() {
             let origin = ctx.origin();
             out.extend(ends.into_iter().map(|k| origin.event(k, clip(ctx.text, MAX_TEXT).to_string())));
@@ -272,6 +281,7 @@ impl RankParser {
         if nccl_line.is_none() {
             self.numerics.observe(t, &mut ks);
             crate::horovod::stalls(t, &mut ks);
+            self.horovod_ranks.observe(t, &mut ks);
         }
         if let Some(l) = nccl_line {
             if let Some(k) = nccl::collective(&l) {
@@ -311,6 +321,17 @@ impl RankParser {
                         if let Some(step) = steps::step(msg) {
                             ks.push(EventKind::Step { step });
                         }
+                    }
+                }
+            }
+        } else if let Some(f) = crate::notebook::field(t) {
+            match f {
+                crate::notebook::Field::Name(ty) => self.json_error = Some(ty.to_string()),
+                crate::notebook::Field::Message(msg) => {
+                    if let Some(ty) = self.json_error.take() {
+                        let line = format!("{ty}: {msg}");
+                        c10d::specific(&line, &mut ks);
+                        ks.insert(0, EventKind::ErrorLine { message: line });
                     }
                 }
             }

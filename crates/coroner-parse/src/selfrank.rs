@@ -10,7 +10,9 @@
 //! - frameworks' own first-person phrasings: `OVERFLOW! Rank 3 Skipping step` (DeepSpeed),
 //!   `Rank 3, node x, device 3, iteration 7: Unexpected result nan` and `Rank 3: found NaN`
 //!   (Megatron);
-//! - the environment as scripts print it: `RANK=3`, `process_index=3`, `Process index: 3`.
+//! - the environment as scripts print it: `RANK=3`, `process_index=3`, `Process index: 3`;
+//! - inference servers' record headers naming their tensor-parallel rank, when it is the only
+//!   parallel dimension named: SGLang `[2025-02-21 22:59:28 TP3] ...`.
 //!
 //! Text that names *another* rank (`from rank 0`, `Rank 1 is running collective`, `ranks: 0, 1`)
 //! is never read here.
@@ -27,8 +29,24 @@ pub fn self_described(text: &str) -> Option<u32> {
         .or_else(|| t.strip_prefix("what():").and_then(|r| leading_tag(r.trim_start())))
         .or_else(|| record_tag(t))
         .or_else(|| first_person(t))
-        .or_else(|| environment(t))?;
+        .or_else(|| environment(t))
+        .or_else(|| tensor_parallel_header(t))?;
     u32::try_from(rank).ok().filter(|r| *r < coroner_model::MAX_WORLD_SIZE)
+}
+
+/// `[2025-02-21 22:59:28 TP3] ...`: a bracketed header ending in the tensor-parallel rank, with
+/// no other parallel dimension (`DP1 TP3` names a rank of a data-parallel replica: not a global
+/// rank).
+fn tensor_parallel_header(t: &str) -> Option<u64> {
+    let r = t.strip_prefix('[')?;
+    let close = r.find(']').filter(|c| *c <= 48)?;
+    let mut words = r[..close].split(' ').rev();
+    let tp = words.next()?.strip_prefix("TP")?;
+    if !tp.bytes().all(|b| b.is_ascii_digit()) || tp.is_empty() {
+        return None;
+    }
+    let others = words.any(|w| w.len() >= 3 && w[..2].bytes().all(|b| b.is_ascii_uppercase()) && w[2..].bytes().all(|b| b.is_ascii_digit()));
+    (!others).then(|| leading_u64(tp)).flatten()
 }
 
 /// `[Rank 3]`, `[RANK 3]`, `[rank3]`, `[rank: 3]`, `[PG ... Rank 3]` at the start.
@@ -117,6 +135,13 @@ fn environment(t: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_inference_servers_tensor_parallel_header() {
+        assert_eq!(self_described("[2025-02-21 22:59:28 TP3] Scheduler hit an exception: Traceback"), Some(3));
+        assert_eq!(self_described("[2025-09-22 10:25:22 DP0 PP0 TP1] Scheduler hit an exception"), None);
+        assert_eq!(self_described("[2025-02-21 22:59:28] TP3 is fine"), None);
+    }
 
     #[test]
     fn a_process_naming_itself() {

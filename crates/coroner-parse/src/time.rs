@@ -146,17 +146,22 @@ fn nearest_year(m: i64, d: i64, ns_of_day: i64, capture_ns: Nanos) -> Option<Nan
     best
 }
 
-/// glog: `E1130 08:59:11.424298747` (severity letter, MMDD, space, time).
+/// glog: `E1130 08:59:11.424298747` (severity letter, MMDD, space, time); PyTorch's own C++
+/// logging does not pad the month (`E421 02:05:38...` is April 21).
 fn glog_time(s: &[u8], capture_ns: Nanos) -> Option<Nanos> {
     if !matches!(s.first(), Some(b'I' | b'W' | b'E' | b'F' | b'D')) {
         return None;
     }
-    let m = digits(s, 1, 2)?;
-    let d = digits(s, 3, 2)?;
-    if s.get(5) != Some(&b' ') {
+    let n = s[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let (m, d) = match n {
+        4 => (digits(s, 1, 2)?, digits(s, 3, 2)?),
+        3 => (digits(s, 1, 1)?, digits(s, 2, 2)?),
+        _ => return None,
+    };
+    if s.get(1 + n) != Some(&b' ') {
         return None;
     }
-    let (tod, _) = hms(s, 6)?;
+    let (tod, _) = hms(s, 2 + n)?;
     nearest_year(m, d, tod, capture_ns)
 }
 
@@ -260,6 +265,7 @@ mod tests {
         let cases: &[(&str, Option<Nanos>)] = &[
             ("[E1130 08:59:11.424298747 ProcessGroupNCCL.cpp:689] x", Some(at(2026, 11, 30, 8, 59, 11, 424_298_747))),
             ("E1130 09:03:42.336000 3148 torch/x.py:986] failed", Some(at(2026, 11, 30, 9, 3, 42, 336_000_000))),
+            ("[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] x", Some(at(2027, 4, 21, 2, 5, 38, 764_490_322))),
             ("[W1130 08:58:47.665 Utils.hpp:137] w", Some(at(2026, 11, 30, 8, 58, 47, 665_000_000))),
             ("2026-11-30 08:58:51,398 INFO [rank0] train: step 4", Some(at(2026, 11, 30, 8, 58, 51, 398_000_000))),
             ("2026-11-30T08:58:51.398Z x", Some(at(2026, 11, 30, 8, 58, 51, 398_000_000))),

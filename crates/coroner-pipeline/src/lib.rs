@@ -152,12 +152,16 @@ impl JobPipeline {
     }
 
     /// A snapshot file and what its readers made of it (`coroner_snapshot::facts`): the one way
-    /// snapshot facts enter the evidence, offline (a bundle's folders) and online (an upload, a
-    /// recovery). Its flight recorder progress goes to its rank (when it has one), its hardware
-    /// lines to the correlation, its highlights after those `summary` has.
+    /// snapshot facts enter the evidence, offline (a bundle's folders, a dump among logs) and
+    /// online (an upload, a recovery). Its flight recorder progress and dump go to its rank (when
+    /// it has one), its hardware lines to the correlation, its highlights after those `summary`
+    /// has.
     pub fn add_snapshot_facts(&mut self, mut summary: SnapshotSummary, facts: coroner_snapshot::Facts) {
         if let Some(rank) = summary.rank {
             self.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
+            if let Some(dump) = facts.fr_dump {
+                self.add_fr_dump(rank, dump);
+            }
         }
         self.add_hardware_lines(summary.rank, facts.hardware);
         summary.highlights.extend(facts.highlights);
@@ -168,6 +172,16 @@ impl JobPipeline {
     /// enqueued, started and completed collective. A later dump of the same rank adds to it.
     pub fn add_fr_progress(&mut self, rank: Rank, rows: impl IntoIterator<Item = (PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>)>) {
         self.evidence.fr_progress.extend(rows.into_iter().map(|(pg, en, st, co)| (rank, pg, en, st, co)));
+    }
+
+    /// One rank's flight recorder dump (`coroner_snapshot::Facts::fr_dump`), for matching
+    /// collectives across ranks. Of two dumps of one rank the newer is kept (an on-demand dump and
+    /// the watchdog's, or an upload resent).
+    pub fn add_fr_dump(&mut self, rank: Rank, dump: coroner_model::FrDump) {
+        let newer = self.evidence.fr_dumps.get(&rank).is_none_or(|old| dump.newest_record() >= old.newest_record());
+        if newer {
+            self.evidence.fr_dumps.insert(rank, dump);
+        }
     }
 
     /// Hardware lines a snapshot showed (`coroner_snapshot::Facts::hardware`): Xid, ECC and

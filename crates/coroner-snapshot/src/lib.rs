@@ -18,6 +18,8 @@
 //! | `kernel_log` | [`kernel_log`]: dmesg Xid / ECC / OOM-killer lines |
 
 pub mod core;
+pub mod flight_dump;
+pub mod flight_json;
 pub mod flight_recorder;
 pub mod kernel_log;
 pub mod memory_summary;
@@ -109,6 +111,8 @@ pub struct Facts {
     pub highlights: Vec<String>,
     /// For a readable flight recorder dump: its progress per process group.
     pub fr_progress: Vec<FrProgress>,
+    /// For a readable flight recorder dump: its operations, bounded, for the cross-rank matcher.
+    pub fr_dump: Option<coroner_model::FrDump>,
     /// Hardware lines for the correlation engine, as typed events with the text they came from:
     /// a kernel log's Xid, ECC, AER and OOM-killer lines, and what `nvidia-smi` says of uncorrectable
     /// memory errors. Hardware evidence counts as evidence, not only as a highlight.
@@ -127,6 +131,8 @@ pub fn facts(kind: &str, name: &str, bytes: &[u8], size: u64) -> Facts {
         "flight_recorder" => {
             if let Ok(fr) = flight_recorder::parse(bytes) {
                 f.fr_progress = fr.progress();
+                // A dump cut by a size cap does not parse, so a kept dump is always whole.
+                f.fr_dump = Some(fr.dump(if flight_json::is_json(bytes) { "json" } else { "pickle" }));
             }
         }
         "kernel_log" => f.hardware = kernel_log::parse(bytes),
@@ -153,7 +159,7 @@ fn sniff(b: &[u8]) -> &'static str {
         "state_dict"
     } else if b.first() == Some(&b'{') && text.contains(state_dict_summary::FORMAT) {
         "state_dict_summary"
-    } else if b.first() == Some(&0x80) {
+    } else if b.first() == Some(&0x80) || (b.first() == Some(&b'{') && (text.contains("\"entries\"") || text.contains("\"pg_config\""))) {
         "flight_recorder"
     } else if text.contains("<nvidia_smi_log") {
         "nvidia_smi"

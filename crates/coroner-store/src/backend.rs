@@ -236,6 +236,15 @@ macro_rules! impl_metastore {
                     })?;
                 rows.iter().map($crate::rows::snapshot_row).collect()
             }
+
+            async fn snapshot_contents(&self) -> Result<Vec<String>, $crate::StoreError> {
+                use $crate::rows::Get as _;
+                let rows = sqlx::query($crate::sql::SNAPSHOT_CONTENTS)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| $crate::StoreError::query("list the stored snapshot contents", "", e))?;
+                rows.iter().map(|r| r.get_string("sha256")).collect()
+            }
         }
     };
 }

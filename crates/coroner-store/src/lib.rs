@@ -82,6 +82,8 @@ pub trait Metastore: IncidentStore + LeaseStore + Send + Sync {
     async fn add_snapshot(&self, s: &SnapshotRecord) -> Result<bool, StoreError>;
     /// The job's snapshots by capture time.
     async fn snapshots(&self, job: &JobId) -> Result<Vec<SnapshotRecord>, StoreError>;
+    /// The sha256 of every content some job's snapshot names: what snapshot storage must keep.
+    async fn snapshot_contents(&self) -> Result<Vec<String>, StoreError>;
 }
 
 /// Opens the store a URL names and brings its schema up to date:

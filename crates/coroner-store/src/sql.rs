@@ -75,3 +75,5 @@ ON CONFLICT (job_id, sha256, rank_key, name) DO NOTHING";
 pub const SNAPSHOTS: &str = "
 SELECT job_id, rank_key, kind, name, size, sha256, captured_ns, stored_bytes
 FROM snapshots WHERE job_id = $1 ORDER BY captured_ns, rank_key, name, id";
+
+pub(crate) const SNAPSHOT_CONTENTS: &str = "SELECT DISTINCT sha256 FROM snapshots";

@@ -11,15 +11,15 @@ pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Pa
     let job = job.unwrap_or_else(|| default_job_id(&paths[0]));
     let coroner_bundle::Analysis { mut report, summary, pipeline } = coroner_bundle::analyze(paths, &job, &rules)?;
     for w in &summary.warnings {
-        eprintln!("coroner: warning: {w}");
+        crate::say_err!("coroner: warning: {w}");
     }
     if let Some(url) = history {
         attach_history(&mut report, &pipeline, url)?;
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::term::out_json(&serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", coroner_analysis::text::render(&report));
+        crate::say_part!("{}", coroner_analysis::text::render(&report));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -94,7 +94,7 @@ pub async fn run(server: &str, paths: &[PathBuf], job: &str, hosts: &Hosts) -> a
     let mut collected = Collected::default();
     coroner_bundle::load_paths(paths, &mut collected)?;
     for n in &collected.notes {
-        eprintln!("coroner: warning: {n}");
+        crate::say_err!("coroner: warning: {n}");
     }
     let mut client = IngestClient::new(crate::remote::channel(server).await?);
     let mut total = 0usize;
@@ -135,7 +135,7 @@ pub async fn run(server: &str, paths: &[PathBuf], job: &str, hosts: &Hosts) -> a
             upload(&mut client, &session, summary, path).await?;
         }
     }
-    eprintln!("coroner: imported {total} lines and {} snapshots as job {job}", collected.snapshots.len());
+    crate::say_err!("coroner: imported {total} lines and {} snapshots as job {job}", collected.snapshots.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -214,7 +214,7 @@ async fn upload(client: &mut IngestClient<Channel>, session: &str, s: &SnapshotS
         Ok(_) => Ok(()),
         // This one snapshot is refused (its name, say): the rest of the import goes on.
         Err(status) if status.code() == tonic::Code::InvalidArgument => {
-            eprintln!("coroner: warning: snapshot {} not imported: {}", s.name, status.message());
+            crate::say_err!("coroner: warning: snapshot {} not imported: {}", s.name, status.message());
             Ok(())
         }
         Err(status) => Err(status).with_context(|| format!("upload snapshot {}", s.name)),

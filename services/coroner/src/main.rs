@@ -2,10 +2,12 @@
 //! server runs; the other commands talk to a coronerd over gRPC.
 
 mod analyze;
+mod fr;
 mod import;
 mod remote;
 mod snapshot;
 mod suspects;
+mod term;
 mod timeline;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +27,10 @@ struct Cli {
     /// A CA certificate (PEM) that an `https://` server's certificate chains to, besides the public roots.
     #[arg(long, global = true, env = "CORONER_TLS_CA")]
     tls_ca: Option<PathBuf>,
+    /// Print log lines, host names and messages exactly as received, control characters and
+    /// escape sequences included (by default they are shown as `\x1b`, never sent raw to the terminal).
+    #[arg(long, global = true)]
+    raw: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -50,6 +56,15 @@ enum Command {
         /// (sqlite:/var/lib/coroner/coroner.db, postgres://...). Read only.
         #[arg(long)]
         history: Option<String>,
+    },
+    /// Analyze a folder of flight recorder dumps alone (`nccl_trace_rank_<R>` or any
+    /// `<prefix><rank>`, pickle or JSON), as `torchfrtrace DIR` would: every collective matched
+    /// across ranks, the divergent rank with the rule that named it, and what the dumps cannot say.
+    Fr {
+        dir: PathBuf,
+        /// Print the analysis as JSON (the report's `flight_recorder` section).
+        #[arg(long)]
+        json: bool,
     },
     /// Send a bundle or log files to coronerd as job ID.
     Import {
@@ -168,16 +183,18 @@ enum SnapshotCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    term::set_raw(cli.raw);
     if let Err(e) = coroner_proto::auth::set_token(cli.token.as_deref()) {
-        eprintln!("coroner: --token: {e}");
+        crate::say_err!("coroner: --token: {e}");
         return ExitCode::from(2);
     }
     if let Err(e) = coroner_proto::auth::set_tls_ca(cli.tls_ca.as_deref()) {
-        eprintln!("coroner: --tls-ca: {e}");
+        crate::say_err!("coroner: --tls-ca: {e}");
         return ExitCode::from(2);
     }
     let result = match cli.command {
         Command::Analyze { paths, json, job, rules, history } => analyze::run(&paths, json, job, rules.as_deref(), history.as_deref()),
+        Command::Fr { dir, json } => fr::run(&dir, json),
         Command::Import { paths, job, host, host_map } => import::Hosts::parse(host, &host_map)
             .and_then(|hosts| runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job, &hosts)))),
         Command::Suspects { since, all, json } => {
@@ -204,7 +221,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("coroner: {e:#}");
+            crate::say_err!("coroner: {e:#}");
             ExitCode::from(2)
         }
     }

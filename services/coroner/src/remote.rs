@@ -36,9 +36,9 @@ pub async fn report(server: &str, job: &str, json: bool) -> anyhow::Result<ExitC
         .map_err(status_message)?
         .into_inner();
     if json {
-        println!("{}", r.report_json);
+        crate::term::out_json(&r.report_json);
     } else {
-        print!("{}", r.report_text);
+        crate::say_part!("{}", r.report_text);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -59,11 +59,11 @@ pub async fn jobs(server: &str, json: bool) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        crate::term::out_json(&serde_json::to_string_pretty(&list)?);
     } else {
-        println!("{:<32} {:<10} {:<8} {:<20} {:>6} {:>10}", "JOB", "VERDICT", "CULPRIT", "CLASS", "RANKS", "LINES");
+        crate::say!("{:<32} {:<10} {:<8} {:<20} {:>6} {:>10}", "JOB", "VERDICT", "CULPRIT", "CLASS", "RANKS", "LINES");
         for j in jobs {
-            println!(
+            crate::say!(
                 "{:<32} {:<10} {:<8} {:<20} {:>6} {:>10}",
                 j.job_id,
                 j.verdict,
@@ -126,16 +126,16 @@ pub async fn search(server: &str, job: &str, a: SearchArgs) -> anyhow::Result<Ex
             .iter()
             .map(|h| serde_json::json!({"rank": h.rank, "time": coroner_model::format_rfc3339_ns(h.time_ns), "stream": h.stream, "line": h.line}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&hits)?);
+        crate::term::out_json(&serde_json::to_string_pretty(&hits)?);
     } else {
         for h in &resp.hits {
             let rank = h.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
-            println!("{} rank {rank} {}: {}", coroner_model::format_rfc3339_ns(h.time_ns), h.stream, h.line);
+            crate::say!("{} rank {rank} {}: {}", coroner_model::format_rfc3339_ns(h.time_ns), h.stream, h.line);
         }
-        eprintln!("{} of {} matching lines (times on the aligned clock)", resp.hits.len(), resp.total);
+        crate::say_err!("{} of {} matching lines (times on the aligned clock)", resp.hits.len(), resp.total);
     }
     if !resp.next_cursor.is_empty() {
-        eprintln!("more: add --cursor {}", resp.next_cursor);
+        crate::say_err!("more: add --cursor {}", resp.next_cursor);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -149,12 +149,12 @@ pub async fn count(server: &str, job: &str, query: &str, json: bool) -> anyhow::
         .into_inner();
     if json {
         let rows: Vec<serde_json::Value> = resp.counts.iter().map(|c| serde_json::json!({"rank": c.rank, "count": c.count})).collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        crate::term::out_json(&serde_json::to_string_pretty(&rows)?);
     } else {
         for c in &resp.counts {
-            println!("{:>8} {:>10}", c.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into()), c.count);
+            crate::say!("{:>8} {:>10}", c.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into()), c.count);
         }
-        eprintln!("{} matching lines on {} ranks", resp.total, resp.counts.iter().filter(|c| c.rank.is_some()).count());
+        crate::say_err!("{} matching lines on {} ranks", resp.total, resp.counts.iter().filter(|c| c.rank.is_some()).count());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -171,23 +171,22 @@ pub async fn watch(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCo
         let report: serde_json::Value = serde_json::from_str(&r.report_json).unwrap_or_default();
         let live = report.get("live_findings").cloned().unwrap_or_else(|| serde_json::json!([]));
         if json {
-            println!(
-                "{}",
-                serde_json::json!({"at": now, "job_id": r.job_id, "verdict": r.verdict, "culprit_rank": r.culprit_rank,
-                    "class": if r.fault_class.is_empty() { None } else { Some(&r.fault_class) }, "live_findings": live})
+            crate::term::out_json(
+                &serde_json::json!({"at": now, "job_id": r.job_id, "verdict": r.verdict, "culprit_rank": r.culprit_rank,
+                    "class": if r.fault_class.is_empty() { None } else { Some(&r.fault_class) }, "live_findings": live}).to_string()
             );
         } else {
             let headline = r.report_text.lines().next().unwrap_or("");
-            println!("[{now}] {headline}");
+            crate::say!("[{now}] {headline}");
             for f in live.as_array().into_iter().flatten() {
-                println!("[{now}]   suspected hang: {}", f["summary"].as_str().unwrap_or(""));
+                crate::say!("[{now}]   suspected hang: {}", f["summary"].as_str().unwrap_or(""));
                 if let Some(last) = f["last_lines"].as_array().and_then(|l| l.last()).and_then(|l| l.as_str()) {
-                    println!("[{now}]     last line: {last}");
+                    crate::say!("[{now}]     last line: {last}");
                 }
             }
             let suspected = live.as_array().is_some_and(|a| !a.is_empty());
             if suspected_before && !suspected {
-                println!("[{now}]   no suspected hang any more");
+                crate::say!("[{now}]   no suspected hang any more");
             }
             suspected_before = suspected;
         }

@@ -22,12 +22,12 @@ pub async fn list(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCod
             .iter()
             .map(|s| serde_json::json!({"rank": s.rank, "kind": s.kind, "name": s.name, "size": s.size, "stored_bytes": s.stored_bytes, "sha256": s.sha256}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        crate::term::out_json(&serde_json::to_string_pretty(&rows)?);
     } else {
-        println!("{:<64} {:>6} {:<16} {:>12}  NAME", "SHA256", "RANK", "KIND", "SIZE");
+        crate::say!("{:<64} {:>6} {:<16} {:>12}  NAME", "SHA256", "RANK", "KIND", "SIZE");
         for s in &snaps {
             let rank = s.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
-            println!("{:<64} {:>6} {:<16} {:>12}  {}", s.sha256, rank, s.kind, s.size, s.name);
+            crate::say!("{:<64} {:>6} {:<16} {:>12}  {}", s.sha256, rank, s.kind, s.size, s.name);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -59,10 +59,10 @@ pub async fn get(server: &str, job: &str, sha256: &str, output: &Path) -> anyhow
     std::fs::rename(&tmp, output).with_context(|| format!("move the download to {}", output.display()))?;
     let info = info.unwrap_or_default();
     if written < info.size {
-        eprintln!("note: the server kept only the first {written} of {} bytes of {} (its snapshot cap)", info.size, info.name);
+        crate::say_err!("note: the server kept only the first {written} of {} bytes of {} (its snapshot cap)", info.size, info.name);
     } else if hex::encode(hasher.finalize()) != sha256.to_ascii_lowercase() {
         anyhow::bail!("the bytes written to {} do not match sha256 {sha256}", output.display());
     }
-    eprintln!("wrote {written} bytes of {} to {}", info.name, output.display());
+    crate::say_err!("wrote {written} bytes of {} to {}", info.name, output.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -32,22 +32,22 @@ pub async fn run(server: &str, since: Option<&str>, all: bool, json: bool) -> an
         .map(coroner_proto::convert::suspect_from_wire)
         .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        crate::term::out_json(&serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);
     }
     if list.is_empty() {
-        println!("no host or GPU stands out{}", if all { " (no root-cause failures recorded)" } else { "" });
+        crate::say!("no host or GPU stands out{}", if all { " (no root-cause failures recorded)" } else { "" });
     }
     for s in &list {
         let what = match &s.gpu {
             Some(g) => format!("gpu {g} on {}", s.host),
             None => format!("host {}", s.host),
         };
-        println!("{} {what}: {}", if s.flagged { "SUSPECT" } else { "watch" }, s.reason);
+        crate::say!("{} {what}: {}", if s.flagged { "SUSPECT" } else { "watch" }, s.reason);
         for i in &s.incidents {
             let rank = i.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
             let gpu = i.gpu.as_ref().filter(|_| s.gpu.is_none()).map(|g| format!(" GPU {g}")).unwrap_or_default();
-            println!("  - job {} [{}] {}{rank}{gpu}", i.job_id, i.time, i.class);
+            crate::say!("  - job {} [{}] {}{rank}{gpu}", i.job_id, i.time, i.class);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -41,8 +41,8 @@ pub fn render(t: &v1::TimelineResponse, width: usize, color: bool) -> String {
     let rel = |ns: i64| format!("{:+.3}s", (ns - reference) as f64 / 1e9);
     out.push_str(&format!(
         "job {} ({}): {} lanes{}, {} .. {} (aligned; 0 = {})\n",
-        t.job_id,
-        t.verdict,
+        crate::term::visible(&t.job_id),
+        crate::term::visible(&t.verdict),
         t.lanes.len(),
         if t.grouped_by_host { " grouped by host" } else { "" },
         rel(t0),
@@ -74,10 +74,11 @@ pub fn render(t: &v1::TimelineResponse, width: usize, color: bool) -> String {
                 cells[c] = (0, '!');
             }
         }
-        let label = format!("{}{}", if culprit { "> " } else { "  " }, lane.label);
+        // The label and role come from the server: made visible before the colours are added.
+        let label = format!("{}{}", if culprit { "> " } else { "  " }, crate::term::visible(&lane.label));
         let label: String = label.chars().take(label_w).collect();
         let row: String = cells.iter().map(|(_, ch)| paint(*ch, color)).collect();
-        out.push_str(&format!("{label:label_w$} {row} {}\n", lane.role));
+        out.push_str(&format!("{label:label_w$} {row} {}\n", crate::term::visible(&lane.role)));
     }
     out.push_str("X root cause  s symptom  | progress  . alive  ! first failure  > culprit\n");
     out
@@ -100,10 +101,10 @@ pub async fn run(server: &str, job: &str, width: Option<usize>, group_by_host: b
                         "rank": e.rank, "kind": e.kind, "role": e.role, "text": e.text})).collect::<Vec<_>>()})
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"job_id": t.job_id, "culprit_rank": t.culprit_rank, "lanes": lanes}))?);
+        crate::term::out_json(&serde_json::to_string_pretty(&serde_json::json!({"job_id": t.job_id, "culprit_rank": t.culprit_rank, "lanes": lanes}))?);
     } else {
         let width = width.unwrap_or(100);
-        print!("{}", render(&t, width, std::io::stdout().is_terminal()));
+        crate::term::out_trusted(&render(&t, width, std::io::stdout().is_terminal()));
     }
     Ok(ExitCode::SUCCESS)
 }

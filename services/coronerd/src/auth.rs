@@ -41,7 +41,19 @@ pub enum Need {
 pub struct Tokens {
     write: Option<[u8; 32]>,
     read: Option<[u8; 32]>,
+    /// The HTTP port is TLS: the token cookie is `Secure`.
+    secure_cookie: bool,
 }
+
+/// Headers every HTTP answer carries: pages hold logs and tokens, so nothing caches them, no
+/// other site frames them, and the browser runs only this server's own script and styles.
+pub const SECURITY_HEADERS: [(&str, &str); 5] = [
+    ("cache-control", "no-store"),
+    ("content-security-policy", "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+];
 
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
@@ -53,7 +65,13 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 impl Tokens {
     pub fn new(write: Option<&str>, read: Option<&str>) -> Tokens {
-        Tokens { write: write.map(digest), read: read.map(digest) }
+        Tokens { write: write.map(digest), read: read.map(digest), secure_cookie: false }
+    }
+
+    /// Marks the token cookie `Secure` (the HTTP port serves TLS).
+    pub fn with_secure_cookie(mut self, secure: bool) -> Tokens {
+        self.secure_cookie = secure;
+        self
     }
 
     /// Whether any call needs a token at all.
@@ -144,12 +162,21 @@ where
     }
 }
 
-/// The HTTP side: the read token on everything but health and static assets.
+/// The HTTP side: the read token on everything but health and static assets, and the security
+/// headers on every answer.
 pub async fn http_guard(
     State(tokens): State<Arc<Tokens>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    let mut response = guarded(&tokens, req, next).await;
+    for (name, value) in SECURITY_HEADERS {
+        response.headers_mut().insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+async fn guarded(tokens: &Tokens, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let path = req.uri().path();
     if !tokens.enforced() || path == "/healthz" || path.starts_with("/assets/") {
         return next.run(req).await;
@@ -163,7 +190,8 @@ pub async fn http_guard(
     let mut response = next.run(req).await;
     // A page opened with ?token= remembers it, so its script's requests carry it.
     if let Some(t) = from_query.filter(|t| Some(t) == presented.as_ref()) {
-        if let Ok(v) = HeaderValue::from_str(&format!("{COOKIE}={t}; Path=/; HttpOnly; SameSite=Strict")) {
+        let secure = if tokens.secure_cookie { "; Secure" } else { "" };
+        if let Ok(v) = HeaderValue::from_str(&format!("{COOKIE}={t}; Path=/; HttpOnly; SameSite=Strict{secure}")) {
             response.headers_mut().append(header::SET_COOKIE, v);
         }
     }
@@ -215,6 +243,38 @@ mod tests {
         let t = Tokens::new(Some("w"), None);
         assert!(t.check(Need::Read, None).is_ok());
         assert!(t.check(Need::Write, None).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_token_cookie_is_secure_under_tls_and_every_answer_has_the_security_headers() {
+        use axum::routing::get;
+        use tower_util_oneshot::call;
+        for tls in [false, true] {
+            let tokens = Arc::new(Tokens::new(Some("w"), Some("r")).with_secure_cookie(tls));
+            let app = axum::Router::new().route("/", get(|| async { "page" })).layer(axum::middleware::from_fn_with_state(tokens, http_guard));
+            let resp = call(app.clone(), "/?token=r").await;
+            let cookie = resp.headers().get(header::SET_COOKIE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+            assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+            assert_eq!(cookie.contains("; Secure"), tls, "{cookie}");
+            for resp in [resp, call(app, "/").await] {
+                for (name, value) in SECURITY_HEADERS {
+                    assert_eq!(resp.headers().get(name).and_then(|v| v.to_str().ok()), Some(value), "{name}");
+                }
+            }
+        }
+    }
+
+    /// One request through a router, without a server.
+    mod tower_util_oneshot {
+        pub async fn call(app: axum::Router, uri: &str) -> axum::response::Response {
+            use tower_service::Service;
+            let req = axum::http::Request::builder().uri(uri).body(axum::body::Body::empty()).expect("request");
+            let mut app = app;
+            match app.call(req).await {
+                Ok(r) => r,
+                Err(e) => match e {},
+            }
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@
 use crate::error::ServiceError;
 use crate::job::Job;
 use crate::metrics::Metrics;
+use crate::writers::Writers;
 use coroner_index::LineRef;
 use crate::job::claims::{lane_of, StreamLane};
 use coroner_model::LogLine;
@@ -57,13 +58,13 @@ struct Group {
 }
 
 /// Starts both stages for `job`.
-pub fn start(job: &Arc<Job>, rx: mpsc::Receiver<CommitRequest>, store: Arc<dyn Metastore>, metrics: Arc<Metrics>) {
+pub fn start(job: &Arc<Job>, rx: mpsc::Receiver<CommitRequest>, store: Arc<dyn Metastore>, metrics: Arc<Metrics>, writers: Arc<Writers>) {
     let (tx, publish_rx) = mpsc::channel(PUBLISH_QUEUE);
-    tokio::spawn(index_stage(job.clone(), rx, tx, metrics.clone()));
+    tokio::spawn(index_stage(job.clone(), rx, tx, metrics.clone(), writers));
     tokio::spawn(publish_stage(job.clone(), publish_rx, store, metrics));
 }
 
-async fn index_stage(job: Arc<Job>, mut rx: mpsc::Receiver<CommitRequest>, tx: mpsc::Sender<Group>, metrics: Arc<Metrics>) {
+async fn index_stage(job: Arc<Job>, mut rx: mpsc::Receiver<CommitRequest>, tx: mpsc::Sender<Group>, metrics: Arc<Metrics>, writers: Arc<Writers>) {
     while let Some(first) = rx.recv().await {
         let mut lines = first.lines.len();
         let mut requests = vec![first];
@@ -77,8 +78,8 @@ async fn index_stage(job: Arc<Job>, mut rx: mpsc::Receiver<CommitRequest>, tx: m
             }
         }
         let started = Instant::now();
-        let job2 = job.clone();
-        let group = tokio::task::spawn_blocking(move || commit_group(&job2, requests)).await;
+        let (job2, writers) = (job.clone(), writers.clone());
+        let group = tokio::task::spawn_blocking(move || commit_group(&job2, requests, &writers)).await;
         let group = match group {
             Ok(g) => g,
             Err(e) => {
@@ -98,7 +99,7 @@ async fn index_stage(job: Arc<Job>, mut rx: mpsc::Receiver<CommitRequest>, tx: m
 }
 
 /// Dedups, indexes and commits one group (blocking: runs on a blocking thread).
-fn commit_group(job: &Job, requests: Vec<CommitRequest>) -> Group {
+fn commit_group(job: &Job, requests: Vec<CommitRequest>, writers: &Writers) -> Group {
     let mut fresh = Vec::with_capacity(requests.len());
     let mut replies = Vec::with_capacity(requests.len());
     let mut hosts = Vec::with_capacity(requests.len());
@@ -127,7 +128,8 @@ fn commit_group(job: &Job, requests: Vec<CommitRequest>) -> Group {
                 if l.seq < *expected {
                     false
                 } else {
-                    *expected = l.seq + 1;
+                    // Admission leaves out u64::MAX (`ingest/admit.rs`); never wrap regardless.
+                    *expected = l.seq.saturating_add(1);
                     true
                 }
             });
@@ -142,6 +144,8 @@ fn commit_group(job: &Job, requests: Vec<CommitRequest>) -> Group {
     let outcome = if fresh.iter().all(Vec::is_empty) {
         Ok(())
     } else {
+        // This job writes now: past --max-open-jobs writers, the least recently used one closes.
+        writers.used(&job.id, &job.index);
         let docs = fresh.iter().zip(&hosts).flat_map(|(lines, host)| lines.iter().map(move |l| doc(l, host)));
         job.index.add_refs(docs).and_then(|()| job.index.commit()).map_err(|e| e.to_string())
     };

@@ -82,16 +82,22 @@ pub struct Config {
     /// A CA certificate (PEM) that other instances' `https://` certificates chain to (for proxied queries).
     #[arg(long, env = "CORONER_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// What one client may cost: queries, jobs, disk, ingest (`limits.rs`, docs/SECURITY.md).
+    #[command(flatten)]
+    pub limits: crate::limits::LimitsConfig,
 }
 
 fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     use anyhow::Context;
     let t = match (value, file) {
         (Some(v), _) => v.trim().to_string(),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("read the {what} token file {}", f.display()))?
-            .trim()
-            .to_string(),
+        (None, Some(f)) => {
+            check_token_file_mode(what, f)?;
+            std::fs::read_to_string(f)
+                .with_context(|| format!("read the {what} token file {}", f.display()))?
+                .trim()
+                .to_string()
+        }
         (None, None) => return Ok(None),
     };
     anyhow::ensure!(!t.is_empty(), "the {what} token is empty; give a non-empty token or leave it unset");
@@ -100,6 +106,22 @@ fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> any
         "the {what} token has spaces or characters outside printable ASCII; use letters, digits and punctuation"
     );
     Ok(Some(t))
+}
+
+/// A token file must be readable by its owner only: a token others on the host can read is a
+/// token they hold (the write token forges jobs, and with them `coroner suspects`).
+fn check_token_file_mode(what: &str, f: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(f).with_context(|| format!("read the {what} token file {}", f.display()))?.permissions().mode();
+    anyhow::ensure!(
+        mode & 0o077 == 0,
+        "the {what} token file {} can be read by group or others (mode {:o}); run `chmod 600 {}` (Kubernetes: defaultMode: 0400 on the secret volume)",
+        f.display(),
+        mode & 0o777,
+        f.display()
+    );
+    Ok(())
 }
 
 impl Config {
@@ -128,6 +150,7 @@ impl Config {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            limits: crate::limits::LimitsConfig::default(),
         }
     }
 

@@ -13,6 +13,9 @@ pub enum ServiceError {
     FailedPrecondition(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A limit (`limits.rs`) refused the request: retry later or ask for less.
+    #[error("{0}")]
+    ResourceExhausted(String),
     #[error("internal error: {0}")]
     Internal(String),
     /// Another coronerd instance owns the job: agents reconnect there, queries are proxied there.
@@ -32,6 +35,7 @@ impl From<ServiceError> for Status {
             ServiceError::NotFound(m) => Status::not_found(m),
             ServiceError::FailedPrecondition(m) => Status::failed_precondition(m),
             ServiceError::Unavailable(m) => Status::unavailable(m),
+            ServiceError::ResourceExhausted(m) => Status::resource_exhausted(m),
             ServiceError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
                 Status::internal("internal error; see the coronerd log")
@@ -61,6 +65,9 @@ impl From<coroner_index::IndexError> for ServiceError {
     fn from(e: coroner_index::IndexError) -> Self {
         match e {
             coroner_index::IndexError::BadQuery(m) => ServiceError::InvalidArgument(format!("bad query: {m}")),
+            coroner_index::IndexError::QueryRefused(r) => ServiceError::InvalidArgument(r.message),
+            coroner_index::IndexError::OverBudget(m) => ServiceError::ResourceExhausted(m),
+            e @ coroner_index::IndexError::Cancelled => ServiceError::Unavailable(e.to_string()),
             e @ coroner_index::IndexError::BadCursor(_) => ServiceError::InvalidArgument(e.to_string()),
             other => ServiceError::Internal(format!("index: {other}")),
         }

@@ -8,10 +8,13 @@ use crate::snapshots::SnapshotStore;
 
 mod budget;
 mod admit;
+mod prepaid;
+mod session_limits;
 mod snapshot_upload;
 #[cfg(test)]
 mod tests;
 pub use budget::{IngestBudget, Reservation};
+pub use prepaid::Prepaid;
 use coroner_model::{ClockSample, JobId, ProcessEnd, Rank};
 use coroner_proto::v1::{self, ingest_server::Ingest};
 use coroner_store::SessionRecord;
@@ -30,6 +33,8 @@ struct Session {
     rank: Option<Rank>,
     host: String,
     world_size: Option<u32>,
+    /// `<host>/<agent instance>`: who may file a content it uploaded under another job by hash.
+    uploader: String,
 }
 
 pub struct IngestService {
@@ -37,6 +42,7 @@ pub struct IngestService {
     snapshots: Arc<SnapshotStore>,
     metrics: Arc<Metrics>,
     budget: Arc<IngestBudget>,
+    limits: Arc<crate::limits::LimitsConfig>,
     /// Every session this process opened (never pruned). A `ShipLogs` stream looks its batches'
     /// sessions up here, per batch: it once copied the whole table when it opened (1,000 agents
     /// made half a million copies, ~70 MB at the ingest's peak, growing with the square of the agents).
@@ -44,8 +50,8 @@ pub struct IngestService {
 }
 
 impl IngestService {
-    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>, budget: Arc<IngestBudget>) -> Self {
-        IngestService { jobs, snapshots, metrics, budget, sessions: Arc::default() }
+    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>, budget: Arc<IngestBudget>, limits: Arc<crate::limits::LimitsConfig>) -> Self {
+        IngestService { jobs, snapshots, metrics, budget, limits, sessions: Arc::default() }
     }
 
     fn session(&self, id: &str) -> Result<Session, ServiceError> {
@@ -67,8 +73,8 @@ const IN_FLIGHT: usize = 32;
 
 /// A batch of a `ShipLogs` stream, in the order it arrived.
 enum Submitted {
-    /// Queued for commit; its bytes stay reserved in the ingest budget until it is answered.
-    Queued(u64, tokio::sync::oneshot::Receiver<crate::committer::Reply>, Reservation),
+    /// Queued for commit: its commit, which gives its bytes back to the ingest budget.
+    Queued(u64, tokio::task::JoinHandle<crate::committer::Reply>),
     Failed(ServiceError),
 }
 
@@ -91,8 +97,13 @@ impl Ingest for IngestService {
         if let Some(what) = absurd {
             return Err(ServiceError::InvalidArgument(format!("{what} is beyond the largest world this server takes ({max} ranks)")).into());
         }
+        if let Some(why) = session_limits::check_opening(&r, self.limits.max_string_bytes) {
+            crate::limits::Limit::StringLength.count(&self.metrics);
+            return Err(ServiceError::InvalidArgument(format!("OpenSession: {why}")).into());
+        }
         let now = now_ns();
-        self.jobs.store.touch_job(&job_id, r.world_size, now).await.map_err(ServiceError::from)?;
+        self.jobs.admit_new(&job_id).await?;
+        self.jobs.store.touch_job(&job_id, None, now).await.map_err(ServiceError::from)?;
         let job = self.jobs.get(&job_id, true).await?;
         let fence = self.jobs.fence(&job_id).ok_or_else(|| ServiceError::Unavailable(format!("job {job_id} was closed here; retry")))?;
         let session_id = uuid::Uuid::new_v4().to_string();
@@ -110,8 +121,27 @@ impl Ingest for IngestService {
             opened_ns: now,
         };
         self.jobs.store.open_session(&record).await.map_err(ServiceError::from)?;
+        // Which lane of sequence numbers this session numbers in (`job/claims.rs`).
+        let granted = job.claim(&crate::job::claims::Opening {
+            session_id: &session_id,
+            rank: r.rank,
+            instance: &r.agent_instance,
+            host: &r.host,
+            pid: r.pid,
+            launcher: &r.launcher,
+            lanes: r.seq_lanes,
+            offset: r.seq_offset,
+        });
+        // A world size is believed in proportion to the agents seen (`limits.rs`).
+        let world = r.world_size.map(|w| crate::limits::believed_world_size(w, job.speakers(), self.limits.world_size_slack));
+        if world != r.world_size {
+            crate::limits::Limit::WorldSize.count(&self.metrics);
+        }
+        if world.is_some() {
+            self.jobs.store.touch_job(&job_id, world, now).await.map_err(ServiceError::from)?;
+        }
         job.update(|p| {
-            if let Some(w) = r.world_size {
+            if let Some(w) = world {
                 p.set_world_size(w);
             }
             if let Some(rank) = r.rank {
@@ -124,20 +154,16 @@ impl Ingest for IngestService {
                 p.add_note(agent_note(&r.host, r.rank, note));
             }
         });
-        // Which lane of sequence numbers this session numbers in (`job/claims.rs`).
-        let granted = job.claim(&crate::job::claims::Opening {
-            session_id: &session_id,
-            rank: r.rank,
-            instance: &r.agent_instance,
-            host: &r.host,
-            pid: r.pid,
-            launcher: &r.launcher,
-            lanes: r.seq_lanes,
-            offset: r.seq_offset,
-        });
         self.sessions.lock().map_err(|_| ServiceError::Internal("session table lock".into()))?.insert(
             session_id.clone(),
-            Session { job, fence, rank: r.rank.map(Rank), host: r.host, world_size: r.world_size },
+            Session {
+                job,
+                fence,
+                rank: r.rank.map(Rank),
+                uploader: if r.agent_instance.is_empty() { String::new() } else { format!("{}/{}", r.host, r.agent_instance) },
+                host: r.host,
+                world_size: r.world_size,
+            },
         );
         tracing::info!(job = %job_id, rank = ?r.rank, session = %session_id, "session opened");
         Ok(Response::new(v1::OpenSessionResponse { session_id, resume_from: granted.resume_from, seq_offset: granted.seq_offset }))
@@ -154,36 +180,54 @@ impl Ingest for IngestService {
     type ShipLogsStream = AckStream;
 
     async fn ship_logs(&self, req: Request<Streaming<v1::LogBatch>>) -> Result<Response<Self::ShipLogsStream>, Status> {
+        // Reservations made before each message was decoded (`ingest/prepaid.rs`); a server
+        // built without the gate (none in production) reserves after decoding, as before.
+        let prepay = req.extensions().get::<Arc<prepaid::Prepay>>().cloned().unwrap_or_else(|| prepaid::Prepay::new(self.budget.clone()));
         let mut batches = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let sessions = self.sessions.clone();
         let store = self.jobs.store.clone();
         let metrics = self.metrics.clone();
-        let budget = self.budget.clone();
+        let idle = self.limits.ingest_idle_timeout;
         metrics.agents_connected.fetch_add(1, Relaxed);
         // Batches are submitted as they arrive (several in flight per stream, so one job's
         // commits group many batches); a second task answers them in order.
         let (order_tx, mut order_rx) = tokio::sync::mpsc::channel::<Submitted>(IN_FLIGHT);
+        let order_metrics = metrics.clone();
         tokio::spawn(async move {
             while let Some(submitted) = order_rx.recv().await {
                 let result = match submitted {
-                    Submitted::Queued(batch_id, wait, reservation) => {
-                        let answer = Job::committed(wait).await.map(|duplicates| v1::BatchAck { batch_id, duplicates });
-                        drop(reservation);
-                        answer
-                    }
+                    Submitted::Queued(batch_id, committed) => committed.await.unwrap_or_else(|e| Err(e.into())).map(|duplicates| v1::BatchAck { batch_id, duplicates }),
                     Submitted::Failed(e) => Err(e),
                 };
                 let failed = result.is_err();
-                if tx.send(result.map_err(Status::from)).await.is_err() || failed {
-                    break;
+                // A client that leaves its acknowledgements unread holds only this stream: its
+                // batches' budget was given back at their commit, and after the idle timeout it is closed.
+                match tokio::time::timeout(idle, tx.send(result.map_err(Status::from))).await {
+                    Ok(Ok(())) if !failed => {}
+                    Ok(_) => break,
+                    Err(_) => {
+                        crate::limits::Limit::IdleStream.count(&order_metrics);
+                        tracing::info!(idle_s = idle.as_secs(), "closed a log stream whose acknowledgements went unread");
+                        break;
+                    }
                 }
             }
         });
         tokio::spawn(async move {
             // This stream's share of the agents' spool backlog gauge.
             let mut backlog = 0i64;
-            while let Some(batch) = batches.next().await {
+            loop {
+                let batch = match tokio::time::timeout(idle, batches.next()).await {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    Err(_) => {
+                        crate::limits::Limit::IdleStream.count(&metrics);
+                        let why = format!("the log stream sent nothing for {} s (--ingest-idle-timeout); reconnect", idle.as_secs());
+                        let _ = order_tx.send(Submitted::Failed(ServiceError::Unavailable(why))).await;
+                        break;
+                    }
+                };
                 let batch = match batch {
                     Ok(b) => b,
                     Err(e) => {
@@ -200,10 +244,25 @@ impl Ingest for IngestService {
                 metrics.spool_backlog_bytes.fetch_add(reported - backlog, Relaxed);
                 backlog = reported;
                 let batch_id = batch.batch_id;
-                // No reading further while the server holds as many unanswered bytes as it may.
-                let reservation = budget.reserve(batch_bytes(&batch)).await;
+                if let Some(s) = lookup(&sessions, &batch.session_id) {
+                    prepay.set_job(&s.job.id);
+                }
+                // Reserved before decoding; a decoded batch larger than that reserves the rest.
+                let decoded = batch_bytes(&batch);
+                let paid = prepay.take();
+                let more = decoded.saturating_sub(paid.as_ref().map_or(0, Reservation::bytes));
+                let topped = if more > 0 { prepay.top_up(more) } else { None };
                 let submitted = match submit_batch(&sessions, &store, batch).await {
-                    Ok(wait) => Submitted::Queued(batch_id, wait, reservation),
+                    // The budget goes back when the batch is committed, whether or not its
+                    // acknowledgement is read.
+                    Ok(wait) => Submitted::Queued(
+                        batch_id,
+                        tokio::spawn(async move {
+                            let r = Job::committed(wait).await;
+                            drop((paid, topped));
+                            r
+                        }),
+                    ),
                     Err(e) => Submitted::Failed(e),
                 };
                 let failed = matches!(submitted, Submitted::Failed(_));
@@ -220,7 +279,8 @@ impl Ingest for IngestService {
     async fn report_exit(&self, req: Request<v1::ProcessExit>) -> Result<Response<v1::ExitAck>, Status> {
         let r = req.into_inner();
         let session = self.session(&r.session_id)?;
-        self.metrics.dropped_lines_reported.fetch_add(r.dropped_lines, Relaxed);
+        // An agent's count is a claim: it saturates the counter, never wraps it.
+        let _ = self.metrics.dropped_lines_reported.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(r.dropped_lines)));
         if r.rank.is_none() || r.rank.map(Rank) == session.rank {
             session.job.end_claim(&r.session_id);
         }
@@ -277,8 +337,11 @@ impl Ingest for IngestService {
             if session.is_none() {
                 session = Some(self.session(&chunk.session_id)?);
             }
-            if let Some(h) = chunk.header.clone() {
-                upload = Some(self.snapshots.begin(h, chunk.offset)?);
+            if let (Some(h), Some(s)) = (chunk.header.clone(), session.as_ref()) {
+                self.check_job_quota(s, &h).await?;
+                let (store, offset) = (self.snapshots.clone(), chunk.offset);
+                // Opening a resumed upload hashes its partial bytes again: off the runtime.
+                upload = Some(tokio::task::spawn_blocking(move || store.begin(h, offset)).await.map_err(ServiceError::from)??);
             }
             let u = upload.as_mut().ok_or_else(|| ServiceError::InvalidArgument("the first chunk must carry the snapshot header".into()))?;
             u.write(chunk.offset, &chunk.data)?;
@@ -295,7 +358,8 @@ impl Ingest for IngestService {
             // The bytes so far stay: SnapshotStatus tells the agent where to resume.
             return Err(ServiceError::Unavailable("the snapshot upload ended before its last chunk; ask SnapshotStatus where to resume".into()).into());
         }
-        let stored = upload.finish()?;
+        let stored = tokio::task::spawn_blocking(move || upload.finish()).await.map_err(ServiceError::from)??;
+        self.snapshots.remember_uploader(&stored.header.sha256, &session.uploader);
         let fresh = self.file_snapshot(&session, &stored.header, stored.stored_bytes).await?;
         Ok(Response::new(v1::SnapshotAck { snapshot_id: stored.header.sha256.clone(), deduplicated: !fresh || stored.deduplicated }))
     }

@@ -36,14 +36,31 @@ pub struct Jobs {
     fences: std::sync::Mutex<HashMap<JobId, (Arc<Fence>, CancellationToken)>>,
     /// Stops the lease renewals, once the jobs are drained at shutdown.
     keepers: CancellationToken,
+    pub limits: Arc<crate::limits::LimitsConfig>,
+    /// The open index writers, least recently used first (`writers.rs`).
+    writers: Arc<crate::writers::Writers>,
+    /// How many jobs the store holds, counted once and then kept (`--max-jobs`).
+    known_jobs: tokio::sync::Mutex<Option<u64>>,
 }
 
 /// How long opening a job waits for its previous owner's index lock (a process still exiting).
 const INDEX_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Jobs {
-    pub fn new(data_dir: PathBuf, store: Arc<dyn Metastore>, rules: RuleSet, metrics: Arc<Metrics>, shutdown: CancellationToken, me: Instance) -> Jobs {
+    pub fn new(
+        data_dir: PathBuf,
+        store: Arc<dyn Metastore>,
+        rules: RuleSet,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        me: Instance,
+        limits: Arc<crate::limits::LimitsConfig>,
+    ) -> Jobs {
+        let writers = Arc::new(crate::writers::Writers::new(limits.max_open_jobs, metrics.clone()));
         Jobs {
+            limits,
+            writers,
+            known_jobs: tokio::sync::Mutex::new(None),
             data_dir,
             store,
             rules: Arc::new(rules),
@@ -116,7 +133,10 @@ impl Jobs {
                 return Err(e);
             }
         };
-        let j = Job::start(job.clone(), index, pipeline, positions, self.store.clone(), self.rules.clone(), self.metrics.clone());
+        // Its writer is open now: past --max-open-jobs, the least recently used one closes.
+        let (writers, opened, id) = (self.writers.clone(), index.clone(), job.clone());
+        let _ = tokio::task::spawn_blocking(move || writers.used(&id, &opened)).await;
+        let j = Job::start(job.clone(), index, pipeline, positions, self.store.clone(), self.rules.clone(), self.metrics.clone(), self.writers.clone());
         open.insert(job.clone(), j.clone());
         let stop = self.keepers.child_token();
         self.fences.lock().unwrap_or_else(|p| p.into_inner()).insert(job.clone(), (fence.clone(), stop.clone()));
@@ -125,23 +145,49 @@ impl Jobs {
         Ok(j)
     }
 
+    /// Refuses a job id the store does not hold yet once it holds `--max-jobs` (retention makes
+    /// room); a job it holds is always admitted.
+    pub async fn admit_new(&self, job: &JobId) -> Result<(), ServiceError> {
+        let mut known = self.known_jobs.lock().await;
+        if self.store.get_job(job).await?.is_some() {
+            return Ok(());
+        }
+        let count = match *known {
+            Some(n) => n,
+            None => self.store.list_jobs(&Default::default()).await?.len() as u64,
+        };
+        if count >= self.limits.max_jobs {
+            *known = Some(count);
+            return Err(crate::limits::Limit::Jobs.refuse(
+                &self.metrics,
+                format!("this server holds {count} jobs, its limit (--max-jobs): job {job} was not created; delete old jobs (--retention) or raise the limit"),
+            ));
+        }
+        *known = Some(count + 1);
+        Ok(())
+    }
+
     async fn recover(
         &self,
         job: &JobId,
         index: Arc<JobIndex>,
     ) -> Result<(JobPipeline, crate::job::Positions), ServiceError> {
         let mut pipeline = JobPipeline::new(job.as_str());
+        let sessions = self.store.sessions(job).await?;
+        // A world size is believed in proportion to the agents seen (`limits.rs`).
+        let agents = sessions.iter().map(|s| (s.rank, s.agent_instance.as_str())).collect::<std::collections::HashSet<_>>().len();
+        let believe = |w: u32| crate::limits::believed_world_size(w, agents, self.limits.world_size_slack);
         if let Some(row) = self.store.get_job(job).await? {
             if let Some(w) = row.world_size {
-                pipeline.set_world_size(w);
+                pipeline.set_world_size(believe(w));
             }
         }
-        for s in self.store.sessions(job).await? {
+        for s in sessions {
             if let Some(r) = s.rank {
                 pipeline.set_host(r, &s.host);
             }
             if let Some(w) = s.world_size {
-                pipeline.set_world_size(w);
+                pipeline.set_world_size(believe(w));
             }
         }
         let ends = self.store.process_ends(job).await?;
@@ -206,6 +252,9 @@ impl Jobs {
 
     /// Closes a job the store no longer holds (deleted by retention) and deletes its index.
     pub async fn forget(&self, job: &JobId) -> Result<(), ServiceError> {
+        if let Some(n) = self.known_jobs.lock().await.as_mut() {
+            *n = n.saturating_sub(1);
+        }
         self.open.lock().await.remove(job);
         let lease = self.fences.lock().unwrap_or_else(|p| p.into_inner()).remove(job);
         if let Some((fence, stop)) = lease {

@@ -7,12 +7,13 @@
 pub mod auth;
 pub mod config;
 mod committer;
-mod error;
+pub mod error;
 mod http;
 mod incidents;
 mod ingest;
 mod job;
 mod jobs;
+pub mod limits;
 mod live;
 pub mod metrics;
 mod otlp;
@@ -20,9 +21,11 @@ mod ownership;
 mod proxy;
 mod query;
 mod retention;
-mod snapshots;
+mod searches;
+pub mod snapshots;
 mod tls;
 mod views;
+mod writers;
 
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -49,12 +52,12 @@ pub async fn start(
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(impl std::future::Future<Output = anyhow::Result<()>>, Bound)> {
-    let tokens = Arc::new(config.tokens()?);
     let grpc_tls = config.grpc_tls()?;
     let http_tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => Some(tls::server_config(cert, key)?),
         _ => None,
     };
+    let tokens = Arc::new(config.tokens()?.with_secure_cookie(http_tls.is_some()));
     // Proxied queries to other instances trust this CA for their https:// addresses.
     if let Some(ca) = &config.tls_ca {
         std::fs::metadata(ca).with_context(|| format!("the TLS CA file {} (--tls-ca)", ca.display()))?;
@@ -78,17 +81,27 @@ pub async fn start(
     let me = config.instance(bound.grpc, bound.http);
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
     let metrics = Arc::new(metrics::Metrics::default());
-    let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone(), me));
-    retention::spawn(jobs.clone(), config.retention, shutdown.clone());
-    let snapshot_store = Arc::new(snapshots::SnapshotStore::new(config.data_dir.join("snapshots"), config.snapshot_cap_bytes)?);
+    let limits = Arc::new(config.limits.clone());
+    let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone(), me, limits.clone()));
+    let snapshot_store = Arc::new(snapshots::SnapshotStore::new(
+        config.data_dir.join("snapshots"),
+        config.snapshot_cap_bytes,
+        snapshots::disk::Quotas::from(&config.limits),
+        metrics.clone(),
+    )?);
+    retention::spawn(jobs.clone(), snapshot_store.clone(), config.retention, shutdown.clone());
     // Queries and heartbeats about a job another instance owns go to the owner.
     let peers = proxy::Peers::default();
 
     live::configure(config.hang_step_multiple, config.hang_floor);
     let liveness = live::LivenessService::new(jobs.clone());
-    let budget = Arc::new(ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone()));
-    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget);
-    let query = query::QueryService::new(jobs.clone(), snapshot_store.clone());
+    let budget = Arc::new(
+        ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone())
+            .with_shares(config.limits.ingest_stream_share, config.limits.ingest_job_share),
+    );
+    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget.clone(), limits.clone());
+    let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
+    let query = query::QueryService::new(jobs.clone(), snapshot_store.clone(), searches.clone());
     let otlp = otlp::OtlpLogs::new(jobs.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
@@ -118,7 +131,7 @@ pub async fn start(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(auth::Guarded::new(
-            coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20),
+            ingest::Prepaid::new(coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20), budget),
             tokens.clone(),
             auth::Need::Write,
         ))
@@ -142,18 +155,13 @@ pub async fn start(
             async move { grpc_shutdown.cancelled().await },
         );
     let http_shutdown = shutdown.clone();
-    let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone())
+    let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone(), searches)
         .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
+    let header_timeout = config.limits.http_header_timeout;
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> = match http_tls {
-        None => Box::pin(std::future::IntoFuture::into_future(
-            axum::serve(http_listener, app).with_graceful_shutdown(async move { http_shutdown.cancelled().await }),
-        )),
-        Some(tls) => Box::pin(std::future::IntoFuture::into_future(
-            axum::serve(tls::TlsListener::new(http_listener, tls)?, app)
-                .with_graceful_shutdown(async move { http_shutdown.cancelled().await }),
-        )),
+        None => Box::pin(http::serve::serve(http_listener, app, header_timeout, http_shutdown)),
+        Some(tls) => Box::pin(http::serve::serve(tls::TlsListener::new(http_listener, tls)?, app, header_timeout, http_shutdown)),
     };
-
     let server = async move {
         let (g, h) = tokio::join!(grpc, http);
         g.context("gRPC server")?;

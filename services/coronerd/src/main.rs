@@ -4,8 +4,25 @@
 use clap::Parser;
 use coronerd::config::Config;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// How long the process waits, once the server stopped, for blocking work still running (a
+/// search stops at its next budget check; this is the bound should one not).
+const BLOCKING_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("coronerd: start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(serve());
+    // Dropping a runtime waits for every blocking task without end: bound it.
+    runtime.shutdown_timeout(BLOCKING_GRACE);
+    code
+}
+
+async fn serve() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CORONER_LOG").unwrap_or_else(|_| "info,tantivy=warn".into()),

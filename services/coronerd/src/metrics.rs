@@ -63,6 +63,11 @@ pub struct Metrics {
     pub dropped_lines_reported: AtomicU64,
     pub otlp_records: AtomicU64,
     pub otlp_rejected: AtomicU64,
+    /// Requests refused by each limit (`limits.rs`), in `Limit::ALL` order.
+    refused: [AtomicU64; crate::limits::Limit::ALL.len()],
+    /// Searches running now, and jobs open now.
+    pub searches_running: AtomicI64,
+    pub jobs_open: AtomicI64,
 }
 
 /// Jobs by verdict and failed jobs by fault class, read from the store when scraped.
@@ -77,6 +82,16 @@ fn label(s: &str) -> String {
 }
 
 impl Metrics {
+    pub fn limit_refused(&self, limit: crate::limits::Limit) {
+        if let Some(i) = crate::limits::Limit::ALL.iter().position(|l| *l == limit) {
+            self.refused[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn refused(&self, limit: crate::limits::Limit) -> u64 {
+        crate::limits::Limit::ALL.iter().position(|l| *l == limit).map_or(0, |i| self.refused[i].load(Relaxed))
+    }
+
     pub fn render(&self, jobs: &JobCounts) -> String {
         let mut out = String::new();
         let mut one = |name: &str, help: &str, kind: &str, value: String| {
@@ -97,6 +112,12 @@ impl Metrics {
         one("coroner_index_commits_total", "Index commits.", "counter", self.commits.load(Relaxed).to_string());
         one("coroner_report_builds_total", "Reports computed.", "counter", self.reports.load(Relaxed).to_string());
         one("coroner_snapshots_stored_total", "Snapshots stored.", "counter", self.snapshots.load(Relaxed).to_string());
+        one("coroner_searches_running", "Searches running now.", "gauge", self.searches_running.load(Relaxed).max(0).to_string());
+        one("coroner_jobs_open", "Jobs held open here (an index writer and the analysis state each).", "gauge", self.jobs_open.load(Relaxed).max(0).to_string());
+        let _ = writeln!(out, "# HELP coroner_limits_refused_total Requests refused by a limit (docs/SECURITY.md).\n# TYPE coroner_limits_refused_total counter");
+        for (l, n) in crate::limits::Limit::ALL.iter().zip(&self.refused) {
+            let _ = writeln!(out, "coroner_limits_refused_total{{limit=\"{}\"}} {}", l.name(), n.load(Relaxed));
+        }
         self.commit_latency.render(&mut out, "coroner_index_commit_duration_seconds", "Index commit latency (add, commit, reader reload).");
         self.report_latency.render(&mut out, "coroner_report_duration_seconds", "Time to compute a job's report.");
         let _ = writeln!(out, "# HELP coroner_jobs Jobs the store holds, by verdict.\n# TYPE coroner_jobs gauge");

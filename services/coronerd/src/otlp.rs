@@ -139,7 +139,10 @@ impl OtlpLogs {
         }
         let mut next_seq = self.next_seq.lock().await;
         for (id, hosts) in by_job {
-            let world = hosts.values().flatten().filter_map(|m| m.world_size).max();
+            // A world size is believed in proportion to the ranks this export names (`limits.rs`).
+            let ranks = hosts.values().flatten().filter_map(|m| m.rank).collect::<std::collections::HashSet<_>>().len();
+            let world = hosts.values().flatten().filter_map(|m| m.world_size).max().map(|w| crate::limits::believed_world_size(w, ranks.max(1), self.jobs.limits.world_size_slack));
+            self.jobs.admit_new(&id).await?;
             self.jobs.store.touch_job(&id, world, now).await?;
             let job = self.jobs.get(&id, true).await?;
             let positions = job.positions();
@@ -173,12 +176,24 @@ impl OtlpLogs {
     }
 }
 
+fn metrics_of(jobs: &Jobs) -> &crate::metrics::Metrics {
+    &jobs.metrics
+}
 
 #[tonic::async_trait]
 impl LogsService for OtlpLogs {
     async fn export(&self, req: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
         let now = now_ns();
-        let (records, rejected, why) = map_request(req.get_ref(), now);
+        let (records, mut rejected, mut why) = map_request(req.get_ref(), now);
+        // Host names are shown and kept per rank: bounded and plain, like an agent's (`ingest/session_limits.rs`).
+        let max = self.jobs.limits.max_string_bytes;
+        let before = records.len();
+        let records: Vec<Mapped> = records.into_iter().filter(|m| m.host.len() <= max && !m.host.chars().any(char::is_control)).collect();
+        if records.len() < before {
+            rejected += (before - records.len()) as i64;
+            why = format!("host.name over {max} bytes (--max-string-bytes) or holding control characters");
+            crate::limits::Limit::StringLength.count(metrics_of(&self.jobs));
+        }
         let metrics = &self.jobs.metrics;
         metrics.otlp_records.fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
         metrics.otlp_rejected.fetch_add(rejected.max(0) as u64, std::sync::atomic::Ordering::Relaxed);

@@ -4,6 +4,7 @@
 
 use crate::error::ServiceError;
 use crate::jobs::Jobs;
+use crate::searches::Searches;
 use crate::snapshots::SnapshotStore;
 use crate::views::search::{self, SearchParams};
 use crate::views::timeline::{Timeline, TimelineOptions};
@@ -20,11 +21,12 @@ const SNAPSHOT_CHUNK: usize = 256 << 10;
 pub struct QueryService {
     jobs: Arc<Jobs>,
     snapshots: Arc<SnapshotStore>,
+    searches: Arc<Searches>,
 }
 
 impl QueryService {
-    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>) -> Self {
-        QueryService { jobs, snapshots }
+    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, searches: Arc<Searches>) -> Self {
+        QueryService { jobs, snapshots, searches }
     }
 }
 
@@ -162,6 +164,8 @@ impl Query for QueryService {
 
     async fn search(&self, req: Request<v1::SearchRequest>) -> Result<Response<v1::SearchResponse>, Status> {
         let r = req.into_inner();
+        // Before anything else: a query over the parse budget costs nothing more.
+        self.searches.check(&r.query)?;
         let id = job_id(&r.job_id)?;
         let job = self.jobs.get(&id, false).await?;
         let params = SearchParams {
@@ -176,7 +180,7 @@ impl Query for QueryService {
             limit: r.limit as usize,
             cursor: Some(r.cursor),
         };
-        let result = search::search(&self.jobs, &job, params).await?;
+        let result = search::search(&self.jobs, &self.searches, &job, params).await?;
         let hits = result
             .hits
             .into_iter()
@@ -195,8 +199,9 @@ impl Query for QueryService {
 
     async fn count_by_rank(&self, req: Request<v1::CountByRankRequest>) -> Result<Response<v1::CountByRankResponse>, Status> {
         let r = req.into_inner();
+        self.searches.check(&r.query)?;
         let job = self.jobs.get(&job_id(&r.job_id)?, false).await?;
-        let counts = search::count_by_rank(&job, r.query).await?;
+        let counts = search::count_by_rank(&self.searches, &job, r.query).await?;
         let total = counts.values().sum();
         let counts = counts.into_iter().map(|(rank, count)| v1::RankCount { rank, count }).collect();
         Ok(Response::new(v1::CountByRankResponse { counts, total }))
@@ -260,6 +265,13 @@ impl Query for QueryService {
 
     async fn watch_job(&self, req: Request<v1::GetReportRequest>) -> Result<Response<Self::WatchJobStream>, Status> {
         let id = job_id(&req.into_inner().job_id)?;
+        // A job may be watched before its agents start: it is created empty, counted against
+        // --max-jobs like any other (a read token cannot open unbounded jobs).
+        if self.jobs.store.get_job(&id).await.map_err(ServiceError::from)?.is_none() {
+            self.jobs.admit_new(&id).await?;
+            let now = coroner_model::now_ns();
+            self.jobs.store.touch_job(&id, None, now).await.map_err(ServiceError::from)?;
+        }
         let job = self.jobs.get(&id, true).await?;
         let mut rx = job.watch();
         rx.borrow_and_update();

@@ -6,20 +6,49 @@
 //! **Resumable:** a partial upload outlives a broken stream (an agent that lost its connection or
 //! restarted); [`SnapshotStore::status`] tells an agent the content is already stored (then no
 //! bytes travel) or from which offset to resume, and [`SnapshotStore::begin`] accepts a first
-//! chunk at that offset, re-reading the partial bytes into the hash. One upload per content at a
-//! time: a second one for the same sha256 is told to retry.
+//! chunk at that offset, hashing the partial bytes again from the file (on a blocking thread,
+//! never read whole into memory) after checking the offset against its length. One upload per
+//! content at a time: a second one for the same sha256 is told to retry, and a new upload at
+//! offset 0 does not wipe another's partial bytes (it is told where to resume).
+//!
+//! **Bounded** (`snapshots/disk.rs`): partial uploads against `--max-partial-mb` and expired
+//! after `--partial-ttl`; stored contents against `--max-snapshot-gb` (and a job's against
+//! `--max-job-snapshot-gb`); contents no job names any more are collected after retention.
+//!
+//! **Claim by hash:** a content already stored is filed under a job without its bytes only for
+//! the agent that uploaded it or a job that already holds it ([`SnapshotStore::uploaded_by`]);
+//! anyone else sends the bytes (which are not stored twice).
+
+pub mod disk;
 
 use crate::error::ServiceError;
+use crate::limits::Limit;
+use crate::metrics::Metrics;
 use coroner_proto::v1::SnapshotHeader;
+use disk::Disk;
 use sha2::{Digest, Sha256};
-use std::io::Write;
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Uploaders remembered per content (for filing by hash); past this the memory starts over and
+/// agents send bytes again, which costs bandwidth, never correctness.
+const MAX_UPLOADERS: usize = 65_536;
+/// Bytes a snapshot kind may have: the readers' names are short (`flight_recorder`).
+const MAX_KIND: usize = 64;
+/// Bytes read at a time when a resumed upload's partial bytes are hashed again.
+const REHASH_CHUNK: usize = 1 << 20;
 
 pub struct SnapshotStore {
     root: PathBuf,
     cap: u64,
     /// Contents being uploaded now: their partial files are in use.
-    in_flight: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    in_flight: Arc<Mutex<HashSet<String>>>,
+    disk: Arc<Disk>,
+    /// Who uploaded each content this process stored (`<host>/<agent instance>`).
+    uploaders: Mutex<HashMap<String, String>>,
+    metrics: Arc<Metrics>,
 }
 
 /// What the store holds of one content.
@@ -41,6 +70,8 @@ pub struct Upload {
     kept: u64,
     final_path: PathBuf,
     cap: u64,
+    disk: Arc<Disk>,
+    metrics: Arc<Metrics>,
 }
 
 pub struct Stored {
@@ -52,7 +83,7 @@ pub struct Stored {
 /// The right to write one content's partial file.
 struct Claim {
     sha256: String,
-    in_flight: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    in_flight: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Drop for Claim {
@@ -80,14 +111,26 @@ pub fn check_name(name: &str) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// A snapshot's kind picks a reader and is shown: a short lowercase word (`flight_recorder`).
+pub fn check_kind(kind: &str) -> Result<(), ServiceError> {
+    if kind.len() > MAX_KIND || !kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-' | b'.')) {
+        return Err(ServiceError::InvalidArgument(format!(
+            "snapshot kind {:?} is not a kind: at most {MAX_KIND} lowercase letters, digits, `_`, `-` or `.`",
+            kind.chars().take(80).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
 fn valid_sha(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 impl SnapshotStore {
-    pub fn new(root: PathBuf, cap: u64) -> anyhow::Result<Self> {
+    pub fn new(root: PathBuf, cap: u64, quotas: disk::Quotas, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
         std::fs::create_dir_all(root.join("partial"))?;
-        Ok(SnapshotStore { root, cap, in_flight: Default::default() })
+        let disk = Arc::new(Disk::scan(&root, quotas));
+        Ok(SnapshotStore { root, cap, in_flight: Default::default(), disk, uploaders: Mutex::default(), metrics })
     }
 
     pub fn path_of(&self, sha256: &str) -> Option<PathBuf> {
@@ -97,6 +140,11 @@ impl SnapshotStore {
     /// Bytes of one content kept at most.
     pub fn cap(&self) -> u64 {
         self.cap
+    }
+
+    /// The per-job quota on stored snapshot bytes, if any.
+    pub fn per_job_quota(&self) -> Option<u64> {
+        self.disk.max_per_job
     }
 
     fn partial_of(&self, sha256: &str) -> PathBuf {
@@ -114,12 +162,42 @@ impl SnapshotStore {
         Ok(Holding::ResumeAt(if partial < self.cap { partial } else { 0 }))
     }
 
+    /// The bytes of a stored content kept on disk.
+    pub fn stored_len(&self, sha256: &str) -> Option<u64> {
+        self.path_of(sha256).and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len())
+    }
+
+    /// Remembers who uploaded a content (`<host>/<agent instance>`).
+    pub fn remember_uploader(&self, sha256: &str, who: &str) {
+        if who.is_empty() {
+            return;
+        }
+        let mut map = self.uploaders.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_UPLOADERS {
+            map.clear();
+        }
+        map.insert(sha256.to_string(), who.to_string());
+    }
+
+    /// Whether `who` uploaded this content (as far as this process remembers).
+    pub fn uploaded_by(&self, sha256: &str, who: &str) -> bool {
+        !who.is_empty() && self.uploaders.lock().unwrap_or_else(|p| p.into_inner()).get(sha256).is_some_and(|w| w == who)
+    }
+
     /// Starts (offset 0) or resumes (offset = what [`SnapshotStore::status`] said) an upload.
+    /// Blocking (file IO, and a resume hashes the partial bytes again): call from a blocking thread.
     pub fn begin(&self, header: SnapshotHeader, offset: u64) -> Result<Upload, ServiceError> {
         if !valid_sha(&header.sha256) {
             return Err(ServiceError::InvalidArgument(format!("snapshot {:?}: sha256 must be 64 lowercase hex digits", header.name)));
         }
         check_name(&header.name)?;
+        check_kind(&header.kind)?;
+        if !self.disk.stored_fits(header.size.min(self.cap)) {
+            return Err(Limit::SnapshotQuota.refuse(
+                &self.metrics,
+                format!("snapshot storage is full (--max-snapshot-gb); {:?} was not stored (retention or a larger quota makes room)", header.name),
+            ));
+        }
         let claim = {
             let mut set = self.in_flight.lock().map_err(|_| ServiceError::Internal("snapshot registry poisoned".into()))?;
             if !set.insert(header.sha256.clone()) {
@@ -130,22 +208,70 @@ impl SnapshotStore {
         let final_path = self.root.join(&header.sha256[..2]).join(&header.sha256);
         let partial = self.partial_of(&header.sha256);
         let io = |what: &str, e: std::io::Error| ServiceError::Unavailable(format!("{what} {}: {e}", partial.display()));
+        // What the server holds already, from the file's length (nothing is read for this).
+        let have = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
         let mut hasher = Sha256::new();
         let file = if offset == 0 {
-            std::fs::File::create(&partial).map_err(|e| io("create", e))?
-        } else {
-            let have = std::fs::read(&partial).map_err(|e| io("read", e))?;
-            if have.len() as u64 != offset || offset >= self.cap {
+            if have > 0 && have < self.cap {
                 return Err(ServiceError::FailedPrecondition(format!(
-                    "snapshot {:?}: cannot resume at {offset}, the server holds {} bytes of it; ask SnapshotStatus again",
-                    header.name,
-                    have.len()
+                    "snapshot {:?}: the server holds {have} bytes of it from an earlier upload; ask SnapshotStatus and resume there",
+                    header.name
                 )));
             }
-            hasher.update(&have);
+            self.disk.free_partial(have);
+            std::fs::File::create(&partial).map_err(|e| io("create", e))?
+        } else {
+            if have != offset || offset >= self.cap {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "snapshot {:?}: cannot resume at {offset}, the server holds {have} bytes of it; ask SnapshotStatus again",
+                    header.name
+                )));
+            }
+            let mut f = std::fs::File::open(&partial).map_err(|e| io("open", e))?;
+            let mut buf = vec![0u8; REHASH_CHUNK];
+            loop {
+                let n = f.read(&mut buf).map_err(|e| io("read", e))?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+            }
             std::fs::OpenOptions::new().append(true).open(&partial).map_err(|e| io("open", e))?
         };
-        Ok(Upload { header, _claim: claim, partial, file, hasher, received: offset, kept: offset, final_path, cap: self.cap })
+        Ok(Upload {
+            header,
+            _claim: claim,
+            partial,
+            file,
+            hasher,
+            received: offset,
+            kept: offset,
+            final_path,
+            cap: self.cap,
+            disk: self.disk.clone(),
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    /// Bytes of unfinished uploads as counted against `--max-partial-mb`.
+    pub fn partial_bytes(&self) -> u64 {
+        self.disk.partial_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Deletes expired partial uploads (blocking); returns how many.
+    pub fn sweep_partials(&self) -> usize {
+        let busy = self.in_flight.lock().map(|s| s.clone()).unwrap_or_default();
+        disk::sweep_partials(&self.root, &self.disk, &busy)
+    }
+
+    /// Deletes stored contents no job names any more (blocking); returns how many.
+    pub fn collect_garbage(&self, named: &HashSet<String>) -> usize {
+        disk::collect_garbage(&self.root, &self.disk, named)
+    }
+
+    /// How often the partial sweep runs: a quarter of the TTL, between a second and ten minutes.
+    pub fn sweep_every(&self) -> std::time::Duration {
+        (self.disk.partial_ttl / 4).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(600))
     }
 }
 
@@ -157,21 +283,35 @@ impl Upload {
                 self.header.name, self.received
             )));
         }
-        self.hasher.update(data);
-        self.received += data.len() as u64;
         let room = self.cap.saturating_sub(self.kept) as usize;
         let keep = &data[..data.len().min(room)];
         if !keep.is_empty() {
-            self.file.write_all(keep).map_err(|e| ServiceError::Unavailable(format!("cannot store snapshot (disk full?): {e}")))?;
+            if !self.disk.take_partial(keep.len() as u64) {
+                return Err(Limit::PartialQuota.refuse(
+                    &self.metrics,
+                    format!(
+                        "unfinished snapshot uploads fill their quota (--max-partial-mb); {:?} stopped at {} bytes: retry later, it resumes there",
+                        self.header.name, self.received
+                    ),
+                ));
+            }
+            if let Err(e) = self.file.write_all(keep) {
+                self.disk.free_partial(keep.len() as u64);
+                return Err(ServiceError::Unavailable(format!("cannot store snapshot (disk full?): {e}")));
+            }
             self.kept += keep.len() as u64;
         }
+        self.hasher.update(data);
+        self.received += data.len() as u64;
         Ok(())
     }
 
     pub fn finish(mut self) -> Result<Stored, ServiceError> {
         let actual = hex::encode(self.hasher.clone().finalize());
         if actual != self.header.sha256 {
-            let _ = std::fs::remove_file(&self.partial);
+            if std::fs::remove_file(&self.partial).is_ok() {
+                self.disk.free_partial(self.kept);
+            }
             return Err(ServiceError::InvalidArgument(format!(
                 "snapshot {:?}: sha256 mismatch (header {}, content {actual}); upload it again",
                 self.header.name, self.header.sha256
@@ -185,7 +325,9 @@ impl Upload {
         }
         self.header.size = self.received;
         if self.final_path.exists() {
-            let _ = std::fs::remove_file(&self.partial);
+            if std::fs::remove_file(&self.partial).is_ok() {
+                self.disk.free_partial(self.kept);
+            }
             return Ok(Stored { header: self.header, stored_bytes: self.kept, deduplicated: true });
         }
         self.file.sync_all().map_err(|e| ServiceError::Unavailable(format!("sync snapshot: {e}")))?;
@@ -193,6 +335,8 @@ impl Upload {
             std::fs::create_dir_all(parent).map_err(|e| ServiceError::Internal(format!("create {}: {e}", parent.display())))?;
         }
         std::fs::rename(&self.partial, &self.final_path).map_err(|e| ServiceError::Internal(format!("store snapshot: {e}")))?;
+        self.disk.free_partial(self.kept);
+        self.disk.stored_bytes.fetch_add(self.kept, std::sync::atomic::Ordering::Relaxed);
         Ok(Stored { header: self.header, stored_bytes: self.kept, deduplicated: false })
     }
 }

@@ -256,6 +256,9 @@ pub async fn snapshots_are_deduplicated(store: Store) -> Result<()> {
         "a snapshot without a rank is deduplicated too"
     );
     assert_eq!(store.snapshots(&j).await?, vec![no_rank, a, other_rank]);
+    let mut contents = store.snapshot_contents().await?;
+    contents.sort();
+    assert_eq!(contents, ["aa", "bb"], "each content once, whichever jobs and ranks name it");
     Ok(())
 }
 

@@ -99,8 +99,9 @@ fn params(q: SearchQuery) -> Result<SearchParams, ServiceError> {
 
 pub async fn search(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<SearchQuery>) -> Response {
     let result = async {
+        s.searches.check(&q.q)?;
         let j = job(&s, &id).await?;
-        search::search(&s.jobs, &j, params(q)?).await
+        search::search(&s.jobs, &s.searches, &j, params(q)?).await
     }
     .await;
     match result {
@@ -117,8 +118,9 @@ pub struct CountQuery {
 
 pub async fn counts(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<CountQuery>) -> Response {
     let result = async {
+        s.searches.check(&q.q)?;
         let j = job(&s, &id).await?;
-        search::count_by_rank(&j, q.q).await
+        search::count_by_rank(&s.searches, &j, q.q).await
     }
     .await;
     match result {

@@ -122,6 +122,7 @@ fn rest(r: &Report, out: &mut String) {
         out.push_str("</table>");
     }
     collectives(r, out);
+    super::flight_recorder::render(r, out);
     out.push_str("<h2>Snapshots</h2>");
     if r.snapshots.is_empty() {
         out.push_str("<p class=\"muted\">none</p>");

@@ -6,9 +6,11 @@
 //! a 404, never a 500.
 
 mod api;
+mod flight_recorder;
 mod job_page;
 mod jobs_page;
 mod live_findings;
+pub mod serve;
 mod similar;
 
 use crate::error::ServiceError;
@@ -27,9 +29,10 @@ pub(crate) struct AppState {
     pub jobs: Arc<Jobs>,
     pub metrics: Arc<Metrics>,
     pub snapshots: Arc<SnapshotStore>,
+    pub searches: Arc<crate::searches::Searches>,
 }
 
-pub fn router(jobs: Arc<Jobs>, metrics: Arc<Metrics>, snapshots: Arc<SnapshotStore>) -> Router {
+pub fn router(jobs: Arc<Jobs>, metrics: Arc<Metrics>, snapshots: Arc<SnapshotStore>, searches: Arc<crate::searches::Searches>) -> Router {
     Router::new()
         .route("/", get(jobs_page::handler))
         .route("/jobs/{id}", get(job_page::handler))
@@ -44,7 +47,7 @@ pub fn router(jobs: Arc<Jobs>, metrics: Arc<Metrics>, snapshots: Arc<SnapshotSto
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(to_owner))
-        .with_state(AppState { jobs, metrics, snapshots })
+        .with_state(AppState { jobs, metrics, snapshots, searches })
 }
 
 const STYLE: &str = include_str!("assets/style.css");
@@ -68,6 +71,7 @@ pub(crate) fn status_of(e: &ServiceError) -> StatusCode {
         ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
         ServiceError::FailedPrecondition(_) => StatusCode::CONFLICT,
         ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ServiceError::ResourceExhausted(_) => StatusCode::TOO_MANY_REQUESTS,
         ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         ServiceError::Elsewhere(_) => StatusCode::TEMPORARY_REDIRECT,
     }

@@ -4,7 +4,9 @@
 //! - a line whose stream kind is unspecified or unknown is left out (its number is skipped);
 //! - a line that names a rank beyond the session's world size is kept under that rank (it is
 //!   what the agent saw; the world size may be the wrong one);
-//! - a line over 1 MiB is cut with a marker (`coroner_proto::convert::line_from_wire`).
+//! - a line over 1 MiB is cut with a marker (`coroner_proto::convert::line_from_wire`);
+//! - a line numbered `u64::MAX` is left out: it has no successor, and dedup keeps "the next number
+//!   expected" (it wrapped to 0 and took every later line for new).
 //!
 //! Each kind of problem becomes one note in the job's report per agent host.
 
@@ -22,7 +24,12 @@ pub(super) fn admit(wire: Vec<v1::LogLine>, session_rank: Option<Rank>, world_si
     let mut lines = Vec::with_capacity(wire.len());
     let mut unknown_stream = (0u64, None);
     let mut beyond: Vec<(u32, u64)> = Vec::new();
+    let mut unnumbered = 0u64;
     for l in wire {
+        if l.seq == u64::MAX {
+            unnumbered += 1;
+            continue;
+        }
         match line_from_wire(l, session_rank) {
             Ok(line) => {
                 if let (Some(r), Some(w)) = (line.rank, world_size) {
@@ -42,6 +49,9 @@ pub(super) fn admit(wire: Vec<v1::LogLine>, session_rank: Option<Rank>, world_si
         }
     }
     let mut notes = Vec::new();
+    if unnumbered > 0 {
+        notes.push(format!("the agent on {host} sent {unnumbered} lines numbered {}; they were left out", u64::MAX));
+    }
     if let (n, Some(first)) = unknown_stream {
         tracing::warn!(host, "left out {n} lines of a batch: {first}");
         notes.push(format!("the agent on {host} sent lines with an unknown stream kind; they were left out ({first})"));
@@ -71,5 +81,12 @@ mod tests {
         assert!(a.notes[0].contains("unknown stream kind") && a.notes[0].contains("node-a"), "{:?}", a.notes);
         assert!(a.notes[1].contains("rank 9") && a.notes[1].contains("world size 4"), "{:?}", a.notes);
         assert!(admit(vec![wire(0, 1, Some(3))], None, Some(4), "h").notes.is_empty());
+    }
+
+    #[test]
+    fn a_line_numbered_u64_max_is_left_out_and_told() {
+        let a = admit(vec![wire(5, 1, None), wire(u64::MAX, 1, None)], None, None, "node-a");
+        assert_eq!(a.lines.iter().map(|l| l.seq).collect::<Vec<_>>(), vec![5]);
+        assert!(a.notes.iter().any(|n| n.contains("18446744073709551615")), "{:?}", a.notes);
     }
 }

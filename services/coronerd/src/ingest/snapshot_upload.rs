@@ -2,6 +2,11 @@
 //! readers' facts into the job's pipeline. Shared by an upload that completes and by
 //! `SnapshotStatus` finding the content already stored (the bytes came with another job, or an
 //! earlier agent of this one).
+//!
+//! Filing by hash, without the bytes, is allowed only to the agent that uploaded the content or
+//! for a job that already holds it: anyone else could otherwise file another job's snapshot under
+//! their own by naming its sha256 (and pick the reader by the kind they name). The size recorded
+//! is the stored file's, never the header's claim.
 
 use super::{IngestService, Session};
 use crate::error::ServiceError;
@@ -49,16 +54,46 @@ impl IngestService {
 
     pub(super) async fn snapshot_status_of(&self, req: v1::SnapshotStatusRequest) -> Result<v1::SnapshotStatusResponse, Status> {
         let session = self.session(&req.session_id)?;
-        let header = req.header.ok_or_else(|| ServiceError::InvalidArgument("SnapshotStatus needs the snapshot's header".into()))?;
+        let mut header = req.header.ok_or_else(|| ServiceError::InvalidArgument("SnapshotStatus needs the snapshot's header".into()))?;
         // Filed under this name at once when the content is already stored: checked like an upload's.
         crate::snapshots::check_name(&header.name)?;
+        crate::snapshots::check_kind(&header.kind)?;
         match self.snapshots.status(&header.sha256)? {
             Holding::Stored => {
-                let kept = header.size.min(self.snapshots.cap());
+                let held = self.jobs.store.snapshots(&session.job.id).await.map_err(ServiceError::from)?;
+                let mine = held.iter().any(|s| s.sha256 == header.sha256) || self.snapshots.uploaded_by(&header.sha256, &session.uploader);
+                if !mine {
+                    // Not this agent's content: it proves it holds the content by sending it.
+                    crate::limits::Limit::ClaimByHash.count(&self.metrics);
+                    return Ok(v1::SnapshotStatusResponse { stored: false, resume_offset: 0 });
+                }
+                let kept = self.snapshots.stored_len(&header.sha256).unwrap_or(0);
+                // The content's size: the stored file's when the cap did not cut it.
+                if kept < self.snapshots.cap() {
+                    header.size = kept;
+                    header.original_size = None;
+                }
+                self.check_job_quota(&session, &header).await?;
                 self.file_snapshot(&session, &header, kept).await?;
                 Ok(v1::SnapshotStatusResponse { stored: true, resume_offset: 0 })
             }
             Holding::ResumeAt(offset) => Ok(v1::SnapshotStatusResponse { stored: false, resume_offset: offset.min(header.size) }),
         }
+    }
+
+    /// Refuses a snapshot that would take the job past its snapshot quota (`--max-job-snapshot-gb`).
+    pub(super) async fn check_job_quota(&self, session: &Session, header: &v1::SnapshotHeader) -> Result<(), ServiceError> {
+        let Some(quota) = self.snapshots.per_job_quota() else { return Ok(()) };
+        let held: u64 = self.jobs.store.snapshots(&session.job.id).await?.iter().map(|s| s.stored_bytes).sum();
+        if held.saturating_add(header.size.min(self.snapshots.cap())) > quota {
+            return Err(crate::limits::Limit::SnapshotQuota.refuse(
+                &self.metrics,
+                format!(
+                    "job {} holds {held} bytes of snapshots, and {:?} would pass its quota of {quota} (--max-job-snapshot-gb)",
+                    session.job.id, header.name
+                ),
+            ));
+        }
+        Ok(())
     }
 }

@@ -82,6 +82,8 @@ pub struct Claims {
     by_rank: HashMap<Option<u32>, Vec<Claim>>,
     /// Session id to (rank, instance), to end a claim when its process end arrives.
     sessions: HashMap<String, (Option<u32>, String)>,
+    /// Every (rank, instance) that opened a session, imports included.
+    speakers: std::collections::HashSet<(Option<u32>, String)>,
 }
 
 fn is_import(launcher: &str) -> bool {
@@ -136,6 +138,7 @@ impl Claims {
             None => claims.push(Claim { instance: o.instance.to_string(), host: o.host.to_string(), pid: o.pid, lane, ended: false }),
         }
         self.sessions.insert(o.session_id.to_string(), (o.rank, o.instance.to_string()));
+        self.speakers.insert((o.rank, o.instance.to_string()));
         let resume_from = positions
             .iter()
             .filter(|((_, _, l), _)| *l == lane)
@@ -145,6 +148,11 @@ impl Claims {
             })
             .collect();
         Granted { lane, seq_offset: lane_start(lane), resume_from, note }
+    }
+
+    /// How many agents (rank and instance) opened sessions, imports and launchers included.
+    pub fn speakers(&self) -> usize {
+        self.speakers.len()
     }
 
     /// The process the session speaks for ended.

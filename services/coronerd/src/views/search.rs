@@ -8,6 +8,7 @@
 use crate::error::ServiceError;
 use crate::job::Job;
 use crate::jobs::Jobs;
+use crate::searches::Searches;
 use coroner_index::SearchRequest;
 use coroner_model::{Report, Stream};
 use serde::Serialize;
@@ -61,7 +62,8 @@ fn nonempty(s: Option<String>) -> Option<String> {
     s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
-pub async fn search(jobs: &Jobs, job: &Arc<Job>, p: SearchParams) -> Result<SearchResult, ServiceError> {
+pub async fn search(jobs: &Jobs, searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Result<SearchResult, ServiceError> {
+    searches.check(&p.query)?;
     let report = job.current_report(&jobs.rules).await?;
     let clocks = clocks(&report);
     let stream = match nonempty(p.stream) {
@@ -123,7 +125,7 @@ pub async fn search(jobs: &Jobs, job: &Arc<Job>, p: SearchParams) -> Result<Sear
         cursor: nonempty(p.cursor),
     };
     let index = job.index.clone();
-    let page = tokio::task::spawn_blocking(move || index.search(&request)).await??;
+    let page = searches.run(&job.id, move |budget, alone| index.search_within(&request, budget, alone)).await?;
     let hits = page
         .hits
         .into_iter()
@@ -146,9 +148,10 @@ pub async fn search(jobs: &Jobs, job: &Arc<Job>, p: SearchParams) -> Result<Sear
 }
 
 /// Lines matching `query` per rank (`None`: lines no rank owns).
-pub async fn count_by_rank(job: &Arc<Job>, query: String) -> Result<BTreeMap<Option<u32>, u64>, ServiceError> {
+pub async fn count_by_rank(searches: &Searches, job: &Arc<Job>, query: String) -> Result<BTreeMap<Option<u32>, u64>, ServiceError> {
+    searches.check(&query)?;
     let index = job.index.clone();
-    Ok(tokio::task::spawn_blocking(move || index.count_by_rank(&query)).await??)
+    searches.run(&job.id, move |budget, alone| index.count_by_rank_within(&query, budget, alone)).await
 }
 
 /// The timeline over the job's current evidence and report.
