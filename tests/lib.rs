@@ -69,7 +69,8 @@ impl Sink for Collected {
     fn world_size(&mut self, n: u32) {
         self.world_size = Some(n);
     }
-    fn snapshot(&mut self, summary: SnapshotSummary, _dir: &Path) {
+    fn snapshot(&mut self, mut summary: SnapshotSummary, facts: coroner_bundle::SnapshotFacts, _dir: &Path) {
+        summary.highlights = facts.highlights;
         self.snapshots.push(summary);
     }
     fn note(&mut self, _note: String) {}

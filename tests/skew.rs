@@ -12,7 +12,7 @@ static PY_LOGGING: LazyLock<Regex> =
 static GLOG: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"([IWEF])(\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d+)").expect("regex"));
 
-fn num(c: &Captures, i: usize) -> u32 {
+fn num(c: &Captures<'_>, i: usize) -> u32 {
     std::str::from_utf8(&c[i]).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
@@ -20,7 +20,7 @@ fn num(c: &Captures, i: usize) -> u32 {
 pub fn shift_line(line: &mut LogLine, shift_ns: i64) {
     line.capture_ns += shift_ns;
     let d = Duration::nanoseconds(shift_ns);
-    let text = PY_LOGGING.replace_all(&line.bytes, |c: &Captures| {
+    let text = PY_LOGGING.replace_all(&line.bytes, |c: &Captures<'_>| {
         let t = NaiveDate::from_ymd_opt(num(c, 1) as i32, num(c, 2), num(c, 3))
             .and_then(|date| date.and_hms_milli_opt(num(c, 4), num(c, 5), num(c, 6), num(c, 7)));
         match t {
@@ -28,15 +28,15 @@ pub fn shift_line(line: &mut LogLine, shift_ns: i64) {
             None => c[0].to_vec(),
         }
     });
-    let text = GLOG.replace_all(&text, |c: &Captures| {
+    let text = GLOG.replace_all(&text, |c: &Captures<'_>| {
         let digits = c[7].len().min(9);
-        let frac = num(c, 7) as i64 * 10i64.pow(9 - digits as u32);
+        let frac = i64::from(num(c, 7)) * 10i64.pow(9 - digits as u32);
         let t = NaiveDate::from_ymd_opt(2026, num(c, 2), num(c, 3))
             .and_then(|date| date.and_hms_opt(num(c, 4), num(c, 5), num(c, 6)))
             .map(|t: NaiveDateTime| t + Duration::nanoseconds(frac) + d);
         match t {
             Some(t) => {
-                let ns = t.nanosecond() as i64;
+                let ns = i64::from(t.nanosecond());
                 let frac = ns / 10i64.pow(9 - digits as u32);
                 format!(
                     "{}{:02}{:02} {:02}:{:02}:{:02}.{:0width$}",

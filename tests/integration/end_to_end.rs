@@ -36,7 +36,7 @@ fn run_job(server: &Server, job: &str, world: u32, fault: &str, fault_rank: u32,
 
 /// Starts `world` agents, one per rank, around the ring job.
 fn start_job(server: &Server, job: &str, world: u32, fault: &str, fault_rank: u32, spool: &Path) -> Vec<Child> {
-    let port = free_port() as u32 + 100;
+    let port = u32::from(free_port()) + 100;
     let children = (0..world)
         .map(|rank| {
             Command::new(binary("coroner-agent"))

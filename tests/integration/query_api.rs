@@ -169,7 +169,7 @@ fn a_scheduler_watching_a_job_learns_the_culprit_within_a_second_of_the_evidence
     assert_eq!(first.verdict, "running");
 
     let spool = tempfile::tempdir().expect("tempdir");
-    let port = crate::served::free_port() as u32 + 100;
+    let port = u32::from(crate::served::free_port()) + 100;
     let mut agents: Vec<_> = (0..3u32)
         .map(|rank| {
             Command::new(binary("coroner-agent"))

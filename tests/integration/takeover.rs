@@ -163,7 +163,7 @@ fn run(rt: &tokio::runtime::Runtime, db_url: &str) {
     // Each instance migrates the same fresh database at once: the migrator's advisory lock must hold.
     let mut instances: Vec<Instance> =
         ["i1", "i2", "i3"].iter().map(|id| start_instance(id, db_url, data.path(), &logs_kept)).collect();
-    for inst in instances.iter_mut() {
+    for inst in &mut instances {
         let deadline = Instant::now() + Duration::from_secs(30);
         while rt.block_on(QueryClient::connect(inst.grpc_url.clone())).is_err() {
             assert!(Instant::now() < deadline, "{} did not come up", inst.id);

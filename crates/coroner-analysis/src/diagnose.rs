@@ -95,7 +95,7 @@ pub fn diagnose<'a>(
         };
     }
 
-    let strong: Vec<&Finding> = findings.iter().filter(|f| f.confidence >= STRONG).collect();
+    let strong: Vec<&Finding<'_>> = findings.iter().filter(|f| f.confidence >= STRONG).collect();
     // Every rank timed out and one issued another collective: that outweighs a weak root (an
     // error line, a traceback cut before its exception), which the timeouts themselves explain.
     if strong.is_empty() {
@@ -108,7 +108,7 @@ pub fn diagnose<'a>(
             return from_majority(m, rules, clock);
         }
     }
-    let pool: Vec<&Finding> = if strong.is_empty() { findings.iter().collect() } else { strong };
+    let pool: Vec<&Finding<'_>> = if strong.is_empty() { findings.iter().collect() } else { strong };
     if let Some(first) = pool.first() {
         let mut confidence = first.confidence;
         let mut note = None;

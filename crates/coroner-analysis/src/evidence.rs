@@ -5,6 +5,10 @@ use crate::steps::StepLog;
 use coroner_model::{ClockSample, Event, EventKind, FrDump, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
 use std::collections::BTreeMap;
 
+/// One row of a flight recorder dump's progress: the rank, the process group, and its last
+/// enqueued, started and completed collective.
+pub type FrRow = (Rank, PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>);
+
 /// Everything known about one job at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct JobEvidence {
@@ -25,7 +29,7 @@ pub struct JobEvidence {
     pub snapshots: Vec<SnapshotSummary>,
     /// Collective progress read from flight recorder dumps: (rank, process group, last enqueued,
     /// last started, last completed). A rank without a dump simply has no rows here.
-    pub fr_progress: Vec<(Rank, PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>)>,
+    pub fr_progress: Vec<FrRow>,
     /// Each rank's newest flight recorder dump, bounded (`coroner_model::MAX_OPS_PER_GROUP`), for
     /// matching collectives across ranks (`flight/`).
     pub fr_dumps: BTreeMap<Rank, FrDump>,

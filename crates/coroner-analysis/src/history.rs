@@ -102,8 +102,8 @@ pub fn suspects(failures: &[RecordedFailure], jobs: &[JobHosts], all: bool) -> V
             spread.entry(&f.signature.id).or_default().insert(h);
         }
     }
-    let mut hosts: BTreeMap<&str, Tally> = BTreeMap::new();
-    let mut gpus: BTreeMap<(&str, &str), Tally> = BTreeMap::new();
+    let mut hosts: BTreeMap<&str, Tally<'_>> = BTreeMap::new();
+    let mut gpus: BTreeMap<(&str, &str), Tally<'_>> = BTreeMap::new();
     // The work each host did: rank slots over every recorded job.
     let mut slots: BTreeMap<&str, f64> = BTreeMap::new();
     let recorded: BTreeSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
@@ -140,7 +140,7 @@ pub fn suspects(failures: &[RecordedFailure], jobs: &[JobHosts], all: bool) -> V
         }
     }
     let total_slots: f64 = slots.values().sum();
-    for (host, t) in hosts.iter_mut() {
+    for (host, t) in &mut hosts {
         if total_slots > 0.0 {
             t.expected = total_weight * slots.get(host).copied().unwrap_or(0.0) / total_slots;
         }

@@ -34,7 +34,7 @@ mod stall;
 pub mod steps;
 pub mod text;
 
-pub use evidence::{JobEvidence, RankEvidence, StepMark};
+pub use evidence::{FrRow, JobEvidence, RankEvidence, StepMark};
 pub use steps::{StepLog, StepTime, MAX_STEPS_PER_RANK};
 pub use rules::{RuleSet, RulesError};
 

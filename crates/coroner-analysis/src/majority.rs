@@ -6,6 +6,7 @@
 //! - NCCL's collective trace (`NCCL_DEBUG_SUBSYS=COLL`): each process's last `opCount` with its
 //!   op, count and datatype, keyed by (opCount, nranks); a process is named by host and pid
 //!   when no rank owns its lines.
+//!
 //! A fingerprint held by a strict majority of three or more participants is the group's; the
 //! others deviate.
 

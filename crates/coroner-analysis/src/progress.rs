@@ -32,12 +32,15 @@ pub fn normalize_pg(pg: &PgId) -> PgId {
     PgId(pg.0.split('(').next().unwrap_or(&pg.0).trim().to_string())
 }
 
+/// How one event moves a process group's progress.
+type Update = Box<dyn Fn(&mut PgProgress)>;
+
 /// Reads every progress-bearing event.
 pub fn collect(evidence: &JobEvidence) -> Progress {
     let mut progress = Progress::default();
     for (rank, ev) in &evidence.ranks {
         for e in &ev.events {
-            let (pg, update): (Option<&PgId>, Box<dyn Fn(&mut PgProgress)>) = match &e.kind {
+            let (pg, update): (Option<&PgId>, Update) = match &e.kind {
                 EventKind::WatchdogTimeout { pg, seq: Some(seq), op, numel_in, .. } => {
                     let (seq, op, numel) = (*seq, op.clone(), *numel_in);
                     (pg.as_ref(), Box::new(move |p: &mut PgProgress| {

@@ -12,7 +12,7 @@ pub fn render(report: &Report) -> String {
 fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
     match (&r.verdict, &r.first_failure) {
         (Verdict::Succeeded, _) if !r.ranks.is_empty() && r.ranks.iter().all(|k| k.ended.as_deref() == Some("exited 0")) => {
-            writeln!(out, "SUCCEEDED: job {} - every rank exited cleanly", r.job_id)?
+            writeln!(out, "SUCCEEDED: job {} - every rank exited cleanly", r.job_id)?;
         }
         (Verdict::Succeeded, _) => writeln!(out, "SUCCEEDED: job {} - no line reports a failure (how the processes ended is not in these logs)", r.job_id)?,
         (v, Some(f)) if f.rank.is_none() && f.rule.as_deref() == Some("stopped-from-outside") => {

@@ -232,16 +232,7 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
     }
     warn_unknown(dir, &files, summary);
     for s in scan_snapshots(dir, &mut summary.warnings) {
-        if let Some((rank, rows)) = s.fr_progress {
-            sink.fr_progress(rank, rows);
-        }
-        if let Some((rank, dump)) = s.fr_dump {
-            sink.fr_dump(rank, dump);
-        }
-        if !s.hardware.is_empty() {
-            sink.hardware(s.summary.rank, s.hardware);
-        }
-        sink.snapshot(s.summary, dir);
+        sink.snapshot(s.summary, s.facts, dir);
     }
     Ok(())
 }
@@ -288,7 +279,7 @@ fn warn_unknown(dir: &Path, files: &[PathBuf], summary: &mut LoadSummary) {
 fn load_torchrun_logs(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) {
     let runs: Vec<PathBuf> = list(dir).into_iter().filter(|p| summary.scope.classify(p) == Entry::Dir).collect();
     for run in runs {
-        let Some(attempt) = list(&run).into_iter().filter(|p| file_name(p).starts_with("attempt_")).last() else { continue };
+        let Some(attempt) = list(&run).into_iter().rfind(|p| file_name(p).starts_with("attempt_")) else { continue };
         for local in list(&attempt) {
             let Ok(l) = file_name(&local).parse::<u32>() else { continue };
             for (name, stream) in [("stdout.log", Stream::Stdout), ("stderr.log", Stream::Stderr)] {
@@ -327,10 +318,7 @@ fn load_stdin(sink: &mut dyn Sink, summary: &mut LoadSummary) -> Result<(), Bund
         .read_to_end(&mut bytes)
         .map_err(|e| BundleError::Io { path: PathBuf::from("-"), source: e })?;
     summary.files += 1;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as Nanos)
-        .unwrap_or(0);
+    let now = coroner_model::now_ns();
     load_log_bytes("standard input", &bytes, None, Stream::File, now, sink, summary);
     Ok(())
 }
@@ -355,13 +343,7 @@ fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, sink: &mut dyn Sink
 fn load_loose_dump(path: &Path, bytes: &[u8], sink: &mut dyn Sink) -> bool {
     let name = file_name(path);
     let Some(s) = crate::snapshots::loose_dump(&name, bytes, false) else { return false };
-    if let Some((rank, rows)) = s.fr_progress {
-        sink.fr_progress(rank, rows);
-    }
-    if let Some((rank, dump)) = s.fr_dump {
-        sink.fr_dump(rank, dump);
-    }
-    sink.snapshot(s.summary, path.parent().unwrap_or(Path::new(".")));
+    sink.snapshot(s.summary, s.facts, path.parent().unwrap_or(Path::new(".")));
     true
 }
 

@@ -49,7 +49,7 @@ fn walk(dir: &Path, scope: &Scope, depth: u32, out: &mut DumpFolder) -> Result<(
                 };
                 match (loose_dump(&file, &bytes, true), fr_rank_of(&file)) {
                     (Some(s), Some(rank)) => {
-                        if let Some((_, dump)) = s.fr_dump {
+                        if let Some(dump) = s.facts.fr_dump {
                             if let Some(earlier) = out.files.insert(rank, name.clone()) {
                                 out.warnings.push(format!("{name} and {earlier} are both rank {rank}'s: the newer dump is kept"));
                             }
@@ -62,7 +62,7 @@ fn walk(dir: &Path, scope: &Scope, depth: u32, out: &mut DumpFolder) -> Result<(
                     (Some(_), None) => out.warnings.push(format!("skipped {name}: a flight recorder dump, but its name ends in no rank")),
                     // Logs and notes beside the dumps are expected; a file named like a dump is not.
                     (None, _) if crate::snapshots::kind_of("", &file) == "flight_recorder" || file.contains("trace_rank") || bytes.first() == Some(&0x80) => {
-                        out.warnings.push(format!("skipped {name}: not a flight recorder dump"))
+                        out.warnings.push(format!("skipped {name}: not a flight recorder dump"));
                     }
                     (None, _) => {}
                 }

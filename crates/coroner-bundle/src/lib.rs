@@ -14,6 +14,8 @@ mod walk;
 
 pub use analyze::{analyze, Analysis};
 pub use bundle::{load_paths, rank_from_name, LoadSummary};
+/// What the snapshot readers make of a file, as a [`Sink`] receives it.
+pub use coroner_snapshot::Facts as SnapshotFacts;
 
 use coroner_model::{LogLine, ProcessEnd, SnapshotSummary};
 use coroner_pipeline::JobPipeline;
@@ -31,15 +33,10 @@ pub trait Sink {
     }
     fn end(&mut self, end: ProcessEnd);
     fn world_size(&mut self, n: u32);
-    /// A snapshot file, found in `bundle_dir` under `summary.name`.
-    fn snapshot(&mut self, summary: SnapshotSummary, bundle_dir: &Path);
-    /// Collective progress read from a flight recorder dump (a sink that keeps the file itself,
-    /// like an import to a server that reads it there, can ignore it).
-    fn fr_progress(&mut self, _rank: coroner_model::Rank, _rows: snapshots::FrRows) {}
-    /// A flight recorder dump, bounded, for matching collectives across ranks.
-    fn fr_dump(&mut self, _rank: coroner_model::Rank, _dump: coroner_model::FrDump) {}
-    /// Hardware lines a snapshot showed (see `coroner_snapshot::Facts::hardware`).
-    fn hardware(&mut self, _rank: Option<coroner_model::Rank>, _lines: Vec<(coroner_model::EventKind, String)>) {}
+    /// A snapshot file, found in `bundle_dir` under `summary.name` (`summary` without highlights),
+    /// and what its readers made of it (a sink that keeps the file itself, like an import to a
+    /// server that reads it there, can ignore `facts`).
+    fn snapshot(&mut self, summary: SnapshotSummary, facts: SnapshotFacts, bundle_dir: &Path);
     fn note(&mut self, note: String);
     /// The input is plain logs, not a capture bundle: nothing but the lines tells how processes ended.
     fn plain_logs(&mut self) {}
@@ -61,17 +58,8 @@ impl Sink for JobPipeline {
     fn world_size(&mut self, n: u32) {
         self.set_world_size(n);
     }
-    fn snapshot(&mut self, summary: SnapshotSummary, _bundle_dir: &Path) {
-        self.add_snapshot(summary);
-    }
-    fn fr_progress(&mut self, rank: coroner_model::Rank, rows: snapshots::FrRows) {
-        self.add_fr_progress(rank, rows);
-    }
-    fn fr_dump(&mut self, rank: coroner_model::Rank, dump: coroner_model::FrDump) {
-        self.add_fr_dump(rank, dump);
-    }
-    fn hardware(&mut self, rank: Option<coroner_model::Rank>, lines: Vec<(coroner_model::EventKind, String)>) {
-        self.add_hardware_lines(rank, lines);
+    fn snapshot(&mut self, summary: SnapshotSummary, facts: SnapshotFacts, _bundle_dir: &Path) {
+        self.add_snapshot_facts(summary, facts);
     }
     fn note(&mut self, note: String) {
         self.add_note(note);

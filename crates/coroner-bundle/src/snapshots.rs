@@ -1,9 +1,9 @@
 //! A bundle's snapshot folders: `snapshots/`, `flight_recorder/` and `host/`. Each file is listed
-//! with its size, sha256 and the highlights the snapshot readers find in it. A file they cannot
-//! read gets an `unreadable: ...` highlight; it never fails the load. Folders, links out of the
+//! with its size, sha256 and what the snapshot readers find in it (`coroner_snapshot::facts`). A
+//! file they cannot read gets an `unreadable: ...` highlight; it never fails the load. Folders, links out of the
 //! bundle and special files are skipped with a warning.
 
-use coroner_model::{EventKind, PgId, Rank, SeqNo, SnapshotSummary};
+use coroner_model::{Rank, SnapshotSummary};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -40,30 +40,15 @@ pub fn loose_dump(name: &str, bytes: &[u8], any_name: bool) -> Option<Scanned> {
     Some(read_snapshot("flight_recorder", name, fr_rank_of(name), bytes))
 }
 
-/// Flight recorder progress of one dump: (process group, last enqueued, started, completed).
-pub type FrRows = Vec<(PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>)>;
-
-/// A snapshot file read from a bundle.
+/// A snapshot file read from a bundle: its summary (highlights empty) and what the readers
+/// made of it (`JobPipeline::add_snapshot_facts` files both).
 pub struct Scanned {
     pub summary: SnapshotSummary,
-    /// For a readable flight recorder dump of a known rank.
-    pub fr_progress: Option<(Rank, FrRows)>,
-    /// The same dump, bounded, for the cross-rank matcher.
-    pub fr_dump: Option<(Rank, coroner_model::FrDump)>,
-    /// Hardware lines (kernel log, nvidia-smi) for the correlation engine.
-    pub hardware: Vec<(EventKind, String)>,
+    pub facts: coroner_snapshot::Facts,
 }
 
-/// What the readers make of one file: highlights, progress for a flight recorder dump, and
-/// hardware lines.
+/// What the readers make of one file of `rank`.
 pub fn read_snapshot(kind: &str, name: &str, rank: Option<Rank>, bytes: &[u8]) -> Scanned {
-    let facts = coroner_snapshot::facts(kind, name, bytes, bytes.len() as u64);
-    let progress = match rank {
-        Some(r) if !facts.fr_progress.is_empty() => {
-            Some((r, facts.fr_progress.into_iter().map(|p| (p.pg, p.last_enqueued, p.last_started, p.last_completed)).collect()))
-        }
-        _ => None,
-    };
     Scanned {
         summary: SnapshotSummary {
             rank,
@@ -71,11 +56,9 @@ pub fn read_snapshot(kind: &str, name: &str, rank: Option<Rank>, bytes: &[u8]) -
             name: name.to_string(),
             size: bytes.len() as u64,
             sha256: hex::encode(Sha256::digest(bytes)),
-            highlights: facts.highlights,
+            highlights: Vec::new(),
         },
-        fr_progress: progress,
-        fr_dump: rank.zip(facts.fr_dump),
-        hardware: facts.hardware,
+        facts: coroner_snapshot::facts(kind, name, bytes, bytes.len() as u64),
     }
 }
 
@@ -144,8 +127,8 @@ mod tests {
         let s = scan_snapshots(dir.path(), &mut warnings);
         assert!(warnings.is_empty());
         assert_eq!(s.len(), 2);
-        assert!(s[0].summary.highlights[0].starts_with("reason: Fatal Python error: Aborted"), "{:?}", s[0].summary.highlights);
-        assert!(s[1].summary.highlights[0].starts_with("unreadable: pickle: truncated"), "{:?}", s[1].summary.highlights);
-        assert!(s[1].fr_progress.is_none());
+        assert!(s[0].facts.highlights[0].starts_with("reason: Fatal Python error: Aborted"), "{:?}", s[0].facts.highlights);
+        assert!(s[1].facts.highlights[0].starts_with("unreadable: pickle: truncated"), "{:?}", s[1].facts.highlights);
+        assert!(s[1].facts.fr_progress.is_empty());
     }
 }

@@ -39,7 +39,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     "dev" => Half::Dev,
                     "held" => Half::Held,
                     other => return Err(format!("--half takes dev or held, not {other:?}")),
-                })
+                });
             }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),

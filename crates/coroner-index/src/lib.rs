@@ -1,8 +1,10 @@
 //! coroner's full-text index of every captured log line: one tantivy index per job.
 //!
 //! Every line is a document (its text, exact bytes when they are not UTF-8, rank, stream, seq,
-//! capture and printed times, host, event kind, severity). The API is blocking: tantivy commits
-//! and searches are CPU and disk work, so coronerd calls it from `spawn_blocking`.
+//! capture time, host, severity). What the analysis learns of a line later (its event kind, its
+//! printed time) is not stored (see `schema.rs`): a search by event kind names its lines
+//! (`SearchRequest::only_lines`). The API is blocking: tantivy commits and searches are CPU and
+//! disk work, so coronerd calls it from `spawn_blocking`.
 //!
 //! Invariants: the index never changes a line's bytes (`IndexedLine::bytes` round-trips exactly);
 //! it stores capture times only, never aligned time, so a time filter arrives as per-rank capture
@@ -321,7 +323,7 @@ impl JobIndex {
                 }
                 match chunk.last() {
                     Some((last, _)) if chunk.len() == REPLAY_CHUNK && *last < u64::MAX => {
-                        from = last + 1
+                        from = last + 1;
                     }
                     _ => break,
                 }

@@ -3,6 +3,12 @@
 //! Besides the fields callers filter on, the schema keeps one hidden fast field, `origin`,
 //! that packs (rank, stream) into one `u64` whose order is the order of `(Option<u32>, Stream)`:
 //! it names a line's source in one term and gives the collectors their sort key cheaply.
+//!
+//! What the analysis makes of a line (its event kind, its printed time) is not stored: a line
+//! is indexed before the parsers see it, and its event is often known only after later lines
+//! (a traceback ends at the next line that is not part of it), when the document can no longer
+//! change. Indexes written before kept a `kind` field (`line` for every line) and a
+//! `printed_ns` field (never set); they open unchanged, and those fields are ignored.
 
 use crate::IndexError;
 use coroner_model::Stream;
@@ -19,11 +25,8 @@ pub struct IndexedLine {
     pub stream: Stream,
     pub seq: u64,
     pub capture_ns: i64,
-    pub printed_ns: Option<i64>,
     pub host: String,
-    /// An event kind name such as `watchdog_timeout`, or `line` for a plain line.
-    pub kind: String,
-    /// `error`, `warning`, `info` or `none`.
+    /// `error`, `warning` or `info` (`coroner_parse::severity`).
     pub severity: String,
     pub bytes: Vec<u8>,
 }
@@ -36,9 +39,7 @@ pub struct LineRef<'a> {
     pub stream: Stream,
     pub seq: u64,
     pub capture_ns: i64,
-    pub printed_ns: Option<i64>,
     pub host: &'a str,
-    pub kind: &'a str,
     pub severity: &'a str,
     pub bytes: &'a [u8],
 }
@@ -50,9 +51,7 @@ impl IndexedLine {
             stream: self.stream,
             seq: self.seq,
             capture_ns: self.capture_ns,
-            printed_ns: self.printed_ns,
             host: &self.host,
-            kind: &self.kind,
             severity: &self.severity,
             bytes: &self.bytes,
         }
@@ -69,9 +68,7 @@ pub(crate) struct Fields {
     pub origin: Field,
     pub seq: Field,
     pub capture_ns: Field,
-    pub printed_ns: Field,
     pub host: Field,
-    pub kind: Field,
     pub severity: Field,
 }
 
@@ -101,9 +98,7 @@ pub(crate) fn build_schema() -> (Schema, Fields) {
             F_CAPTURE,
             NumericOptions::default().set_fast().set_stored(),
         ),
-        printed_ns: b.add_i64_field("printed_ns", STORED),
         host: b.add_text_field("host", STRING | STORED),
-        kind: b.add_text_field("kind", STRING | STORED),
         severity: b.add_text_field("severity", STRING | STORED),
     };
     (b.build(), fields)
@@ -134,9 +129,7 @@ impl Fields {
             origin: fast(F_ORIGIN)?,
             seq: fast(F_SEQ)?,
             capture_ns: fast(F_CAPTURE)?,
-            printed_ns: get("printed_ns")?,
             host: get("host")?,
-            kind: get("kind")?,
             severity: get("severity")?,
         })
     }
@@ -189,11 +182,7 @@ pub(crate) fn to_document(f: &Fields, line: LineRef<'_>) -> TantivyDocument {
     doc.add_u64(f.origin, origin(line.rank, line.stream));
     doc.add_u64(f.seq, line.seq);
     doc.add_i64(f.capture_ns, line.capture_ns);
-    if let Some(p) = line.printed_ns {
-        doc.add_i64(f.printed_ns, p);
-    }
     doc.add_text(f.host, line.host);
-    doc.add_text(f.kind, line.kind);
     doc.add_text(f.severity, line.severity);
     doc
 }
@@ -231,9 +220,7 @@ pub(crate) fn from_document(f: &Fields, doc: &TantivyDocument) -> Result<Indexed
         stream,
         seq,
         capture_ns,
-        printed_ns: doc.get_first(f.printed_ns).and_then(|v| v.as_i64()),
         host: text(f.host),
-        kind: text(f.kind),
         severity: text(f.severity),
         bytes,
     })

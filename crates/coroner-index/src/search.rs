@@ -26,7 +26,6 @@ pub struct SearchRequest {
     pub host: Option<String>,
     pub stream: Option<Stream>,
     pub severity: Option<String>,
-    pub kind: Option<String>,
     /// Per-rank capture-time windows, both ends inclusive: the caller converts an aligned-time
     /// range into per-rank capture ranges (ranks have different clock offsets). `None` = no
     /// time filter. Key `None` = lines without a rank. Ranks absent from the map are excluded.
@@ -160,9 +159,6 @@ pub(crate) fn build_query(
             Occur::Must,
             term(Term::from_field_text(f.severity, severity)),
         ));
-    }
-    if let Some(kind) = &req.kind {
-        clauses.push((Occur::Must, term(Term::from_field_text(f.kind, kind))));
     }
     if let Some(windows) = &req.capture_windows {
         let lo = windows.values().map(|w| w.0).min();

@@ -39,4 +39,4 @@ pub use report::{
     CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, GpuMemory, RankSummary, Report,
     SnapshotSummary, REPORT_FORMAT_VERSION,
 };
-pub use time::{format_rfc3339_ns, Nanos};
+pub use time::{format_rfc3339_ns, now_ns, parse_duration, Nanos};

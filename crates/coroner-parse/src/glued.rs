@@ -18,9 +18,8 @@ pub fn expand(line: &str) -> Option<String> {
             return Some(format!("{level}: {message}"));
         }
     }
-    if memchr::memchr(b'\\', t.as_bytes()).is_none() {
-        return None;
-    }
+    // No backslash: nothing escaped in it.
+    memchr::memchr(b'\\', t.as_bytes())?;
     let escaped_lines = t.matches("\\n").count();
     if escaped_lines >= 2 && (t.contains("File \\\"") || t.contains("Traceback (most recent call last)") || t.contains("Error: ")) {
         return Some(t.replace("\\n", "\n").replace("\\\"", "\"").replace("\\\\", "\\"));

@@ -4,13 +4,18 @@
 //! understands produces no event and stays a plain, searchable line in the index.
 //!
 //! [`RankParser`] is the entry point; one per (owner rank, stream). The format families live in
-//! their own modules: [`glog`] headers, [`c10d`] messages, [`nccl`] debug lines, [`python`]
+//! their own modules: [`glog`] headers, [`c10d`] messages, [`nccl`] debug lines, `python`
 //! tracebacks and faulthandler dumps, [`launcher`] (torchrun, Slurm), [`kernel`], [`failures`]
 //! (logging records and bare failure lines), [`steps`], printed [`time`]s, and a Drain-style
 //! [`template`] miner.
+//!
+//! Two rules every caller shares live here too: [`RankFiler`] files a launcher's line under the
+//! rank its prefix names (the agent and the pipeline), and [`severity()`] says whether a line is an
+//! error or a warning (the agent's queue keeps those first; the index stores it).
 
 pub mod c10d;
 pub mod failures;
+mod filer;
 pub mod glog;
 pub mod horovod;
 mod glued;
@@ -22,11 +27,14 @@ pub mod numerics;
 mod parser;
 pub mod prefix;
 pub mod selfrank;
+pub mod severity;
 mod python;
 pub mod steps;
 pub mod template;
 pub mod time;
 mod util;
 
+pub use filer::RankFiler;
 pub use parser::{ParseDiagnostic, RankParser, MAX_LINE};
+pub use severity::{is_important, severity, Severity};
 pub use template::{TemplateId, TemplateMiner};

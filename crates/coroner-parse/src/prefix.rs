@@ -81,7 +81,7 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if s.len() > 21 && s[4] == b'-' && s[7] == b'-' && s[10] == b'T' && s[..4].iter().all(u8::is_ascii_digit) {
         let sp = s.iter().take(40).position(|b| *b == b' ')?;
         let stamp = &s[..sp];
-        if stamp.ends_with(b"Z") || stamp[19..].iter().any(|b| *b == b'+') {
+        if stamp.ends_with(b"Z") || stamp[19..].contains(&b'+') {
             return Some(sp + 1);
         }
     }

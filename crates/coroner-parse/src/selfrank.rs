@@ -120,7 +120,7 @@ fn environment(t: &str) -> Option<u64> {
         let mut from = 0;
         while let Some(i) = head[from..].find(key) {
             let at = from + i;
-            let glued = at > 0 && head.as_bytes()[at - 1].is_ascii_alphanumeric() || at > 0 && head.as_bytes()[at - 1] == b'_';
+            let glued = at > 0 && (head.as_bytes()[at - 1].is_ascii_alphanumeric() || head.as_bytes()[at - 1] == b'_');
             if !glued {
                 if let Some(n) = leading_u64(&head[at + key.len()..]) {
                     return Some(n);

@@ -4,7 +4,6 @@
 //! It owns the stateful per-(rank, stream) parsers, files launcher lines under their worker's rank,
 //! and accumulates the [`JobEvidence`] the pure analysis reads. No IO.
 
-mod demux;
 #[cfg(test)]
 mod push_log_tests;
 mod unranked;
@@ -15,16 +14,15 @@ use coroner_model::{
     ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary,
     Stream, SuspectedHang, Verdict,
 };
-use coroner_parse::RankParser;
+use coroner_parse::{RankFiler, RankParser};
 use std::collections::BTreeMap;
-
-pub use demux::Demux;
 
 /// A job's state between lines and report.
 pub struct JobPipeline {
     evidence: JobEvidence,
     parsers: BTreeMap<(Option<Rank>, Stream), RankParser>,
-    demux: Demux,
+    /// Files a launcher's lines under the ranks their prefixes name.
+    filer: RankFiler,
     /// Ends reported first-hand (by an agent or an exits file) win over a launcher's table.
     first_hand_ends: BTreeMap<Rank, ProcessEnd>,
     /// A per-node launcher (torchrun) exited 0: it does so only when every worker did.
@@ -42,7 +40,7 @@ impl JobPipeline {
         JobPipeline {
             evidence: JobEvidence { job_id: job_id.to_string(), ..Default::default() },
             parsers: BTreeMap::new(),
-            demux: Demux::default(),
+            filer: RankFiler::default(),
             first_hand_ends: BTreeMap::new(),
             launcher_succeeded: false,
             live: None,
@@ -91,7 +89,7 @@ impl JobPipeline {
 
     /// For a per-node launcher's lines: the global rank of local rank 0 on that node.
     pub fn set_node_rank_base(&mut self, base: u32) {
-        self.demux.set_base(base);
+        self.filer.set_base(base);
     }
 
     pub fn set_host(&mut self, rank: Rank, host: &str) {
@@ -106,16 +104,13 @@ impl JobPipeline {
     /// Feeds one captured line. A line without an owner is filed by its launcher prefix, if any.
     pub fn push_line(&mut self, mut line: LogLine) {
         if line.rank.is_none() {
-            line.rank = self.demux.owner(&line.bytes);
+            line.rank = self.filer.owner(&line.bytes);
         }
-        match line.rank {
-            Some(rank) => {
-                let ev = self.evidence.rank_mut(rank);
-                ev.lines += 1;
-                ev.first_capture_ns = Some(ev.first_capture_ns.map_or(line.capture_ns, |t| t.min(line.capture_ns)));
-                ev.last_capture_ns = Some(ev.last_capture_ns.map_or(line.capture_ns, |t| t.max(line.capture_ns)));
-            }
-            None => {}
+        if let Some(rank) = line.rank {
+            let ev = self.evidence.rank_mut(rank);
+            ev.lines += 1;
+            ev.first_capture_ns = Some(ev.first_capture_ns.map_or(line.capture_ns, |t| t.min(line.capture_ns)));
+            ev.last_capture_ns = Some(ev.last_capture_ns.map_or(line.capture_ns, |t| t.max(line.capture_ns)));
         }
         if let (Some(live), Some(rank)) = (&mut self.live, line.rank) {
             // The agent's own GPU samples are liveness, not the rank speaking: a hung rank's
@@ -154,6 +149,23 @@ impl JobPipeline {
 
     pub fn add_snapshot(&mut self, s: SnapshotSummary) {
         self.evidence.snapshots.push(s);
+    }
+
+    /// A snapshot file and what its readers made of it (`coroner_snapshot::facts`): the one way
+    /// snapshot facts enter the evidence, offline (a bundle's folders, a dump among logs) and
+    /// online (an upload, a recovery). Its flight recorder progress and dump go to its rank (when
+    /// it has one), its hardware lines to the correlation, its highlights after those `summary`
+    /// has.
+    pub fn add_snapshot_facts(&mut self, mut summary: SnapshotSummary, facts: coroner_snapshot::Facts) {
+        if let Some(rank) = summary.rank {
+            self.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
+            if let Some(dump) = facts.fr_dump {
+                self.add_fr_dump(rank, dump);
+            }
+        }
+        self.add_hardware_lines(summary.rank, facts.hardware);
+        summary.highlights.extend(facts.highlights);
+        self.add_snapshot(summary);
     }
 
     /// Collective progress one rank's flight recorder dump shows: per process group, the last
@@ -256,7 +268,7 @@ impl JobPipeline {
         for e in &events {
             if let EventKind::LauncherWorkerFailed(f) = &e.kind {
                 if let (Some(g), Some(l)) = (f.global_rank, f.local_rank) {
-                    self.demux.learn(l, g.0);
+                    self.filer.learn(l, g.0);
                 }
             }
         }
@@ -268,7 +280,7 @@ impl JobPipeline {
                 events.into_iter().partition(|e| matches!(&e.kind, EventKind::GpuSample(s) if s.index.is_some()));
             for e in samples {
                 let owner = match &e.kind {
-                    EventKind::GpuSample(s) => s.index.and_then(|i| self.demux.global_of(i)),
+                    EventKind::GpuSample(s) => s.index.map(|i| self.filer.global_of(i)),
                     _ => None,
                 };
                 file_into(&mut self.evidence, owner, vec![e]);
@@ -284,7 +296,7 @@ impl JobPipeline {
         let mut ends = self.first_hand_ends.clone();
         for e in &evidence.unowned {
             if let EventKind::LauncherWorkerFailed(f) = &e.kind {
-                let rank = f.global_rank.or_else(|| f.local_rank.and_then(|l| self.demux.global_of(l)));
+                let rank = f.global_rank.or_else(|| f.local_rank.map(|l| self.filer.global_of(l)));
                 if let Some(rank) = rank {
                     ends.entry(rank).or_insert(ProcessEnd {
                         rank,

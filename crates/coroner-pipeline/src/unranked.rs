@@ -176,7 +176,7 @@ pub(crate) fn decide(lines: &[LogLine]) -> Filing {
 /// What a line's prefixes say about its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Owner {
-    /// A launcher prefix names a rank (global, local or task): the pipeline's demux files it.
+    /// A launcher prefix names a rank (global, local or task): the pipeline's `RankFiler` files it.
     Rank,
     /// An actor prefix names a process by pid only (`(RayTrainWorker pid=43515)`).
     Process(u32),

@@ -101,7 +101,7 @@ pub fn parse(b: &[u8]) -> Result<CoreInfo, SnapshotError> {
     Ok(info)
 }
 
-fn notes(e: &Elf, mut at: usize, end: usize, info: &mut CoreInfo) -> Result<(), SnapshotError> {
+fn notes(e: &Elf<'_>, mut at: usize, end: usize, info: &mut CoreInfo) -> Result<(), SnapshotError> {
     let align4 = |x: usize| x.div_ceil(4) * 4;
     while at + 12 <= end {
         let namesz = e.uint(at, 4)? as usize;

@@ -41,7 +41,7 @@ impl FlightRecord {
         }
         // `pg_config` is keyed by group name, except gloo's single '' key for the default group.
         let lone = (self.pg_config.len() == 1 && d.groups.len() == 1).then(|| self.pg_config.values().next()).flatten();
-        for (pg, g) in d.groups.iter_mut() {
+        for (pg, g) in &mut d.groups {
             if let Some((desc, ranks)) = self.pg_config.get(&pg.0).or(lone) {
                 g.ranks = parse_ranks(ranks);
                 if g.desc.is_empty() {

@@ -15,28 +15,19 @@
 //! wall-clock time of the read that delivered the line's first byte. A line longer than
 //! [`MAX_LINE`] is passed through whole but shipped truncated, with a marker suffix.
 
-use crate::launcher::RankFiler;
+use coroner_parse::RankFiler;
 use crate::queue::{Line, LineQueue};
 use bytes::{Bytes, BytesMut};
-use coroner_model::Stream;
+use coroner_model::{now_ns, Stream};
 use coroner_proto::convert::stream_to_wire;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The longest line shipped whole (1 MiB, the limit the server and the bundle reader keep too).
 pub const MAX_LINE: usize = coroner_model::MAX_LINE_BYTES;
 /// One read from a pipe (the pipe's own buffer is 64 KiB on Linux).
 const READ_SIZE: usize = 64 * 1024;
-
-/// Nanoseconds since the Unix epoch by this host's wall clock.
-pub fn now_ns() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
-    }
-}
 
 /// One complete line as split from a pipe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +137,7 @@ impl Sequencer {
         let mut own = if self.filer.is_none() { self.next_seq.get(&(None, stream)).copied() } else { None };
         let Sequencer { filer, next_seq, queue } = self;
         queue.push_all(lines.into_iter().map(|line| {
-            let rank = filer.as_mut().and_then(|f| f.file(&line.bytes));
+            let rank = filer.as_mut().and_then(|f| f.owner(&line.bytes)).map(|r| r.0);
             let seq = match (&mut own, rank) {
                 (Some(n), None) => n,
                 _ => next_seq.entry((rank, stream)).or_insert(0),
@@ -354,7 +345,7 @@ mod tests {
     fn pump_passes_bytes_through_unchanged_and_sequences_lines() {
         let queue = Arc::new(LineQueue::new(100, 1 << 20));
         let seq = Arc::new(Mutex::new(Sequencer::new(Some(RankFiler::new(0)), queue.clone())));
-        let input: &[u8] = b"[rank1]:a\nlauncher\n[default1]:b\n\xff partial";
+        let input: &[u8] = b"[rank1]:a\nlauncher\n[default1]:b\n2: srun label\n\xff partial";
         let mut out = Vec::new();
         let mut capture = Capture::new(Stream::Stderr, seq);
         pump(input, &mut out, Stream::Stderr, |c, ns| capture.chunk(&c, ns));
@@ -362,8 +353,9 @@ mod tests {
         assert_eq!(out, input);
         let lines = queue.drain_all();
         let got: Vec<(Option<u32>, u64)> = lines.iter().map(|l| (l.rank, l.seq)).collect();
-        assert_eq!(got, vec![(Some(1), 0), (None, 0), (Some(1), 1), (None, 1)]);
-        assert_eq!(&lines[3].raw[..], b"\xff partial");
+        // The pipeline's rule (`coroner_parse::RankFiler`): srun's `N: ` names rank N too.
+        assert_eq!(got, vec![(Some(1), 0), (None, 0), (Some(1), 1), (Some(2), 0), (None, 1)]);
+        assert_eq!(&lines[4].raw[..], b"\xff partial");
     }
 
     #[test]

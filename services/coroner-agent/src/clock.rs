@@ -4,7 +4,7 @@
 //! `t2` and `t3`. Completed samples ride along in the next `LogBatch.clock`; the agent keeps them
 //! all and leaves the fitting (min-RTT selection, drift) to the server.
 
-use crate::capture::now_ns;
+use coroner_model::now_ns;
 use coroner_proto::v1;
 use coroner_proto::v1::ingest_client::IngestClient;
 use std::time::Duration;

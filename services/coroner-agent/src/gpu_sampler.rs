@@ -7,7 +7,8 @@
 //! shipped, indexed and replayed like every other line. Without `nvidia-smi` it stops quietly
 //! after the first try. A rank's agent samples only its rank's GPU (see [`devices_to_sample`]).
 
-use crate::capture::{now_ns, SplitLine};
+use crate::capture::SplitLine;
+use coroner_model::now_ns;
 use bytes::Bytes;
 use coroner_model::{GpuSample, GPU_QUERY_FIELDS};
 use std::io::Read;

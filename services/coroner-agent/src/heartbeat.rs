@@ -7,7 +7,7 @@
 //! - PyTorch's flight recorder, by writing to its dump pipe (`TORCH_NCCL_DEBUG_INFO_PIPE_FILE`,
 //!   which the agent sets for the child); the dump lands in the watched flight recorder folder.
 
-use crate::shipper::open_channel;
+use crate::connection::open_channel;
 use coroner_proto::v1::{liveness_client::LivenessClient, HeartbeatRequest};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,14 +34,14 @@ pub async fn run(s: Settings) {
         tokio::time::sleep(PERIOD).await;
         if client.is_none() {
             // Any instance will do: one that does not own the job passes the heartbeat on.
-            let first = crate::shipper::servers(&s.server).first().copied().unwrap_or_default();
+            let first = crate::connection::servers(&s.server).first().copied().unwrap_or_default();
             client = open_channel(first).await.ok().map(LivenessClient::new);
         }
         let Some(c) = client.as_mut() else { continue };
         let req = HeartbeatRequest {
             job_id: s.job.clone(),
             rank: s.rank,
-            at_ns: now_ns(),
+            at_ns: coroner_model::now_ns(),
             cpu_ns: cpu_time_ns(s.pid),
             gpu_util_pct: None,
             io_bytes: io_bytes(s.pid),
@@ -62,10 +62,6 @@ pub async fn run(s: Settings) {
             }
         }
     }
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 /// User plus system CPU time of a process, from `/proc/<pid>/stat`.

@@ -1,13 +1,7 @@
 //! Launcher mode: an agent around torchrun speaks for a whole node, and files each line under the
-//! worker rank its prefix names.
-//!
-//! `[rankN]:` (PyTorch's exception handler) names a global rank; `[<role>N]:` (torchrun `--tee`)
-//! names a local rank, which is `node_rank_base + N` globally unless a line carrying both prefixes
-//! has taught us the real mapping. Lines without a prefix are the launcher's own (rank unset).
-//! The line's bytes are never altered: the server strips prefixes when it parses.
+//! worker rank its prefix names (`coroner_parse::RankFiler`, the rule the pipeline follows too).
+//! This module recognises the launcher and where its node's ranks start (`node_rank_base`).
 
-use coroner_parse::prefix::split_rank_prefix;
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::Path;
 
@@ -67,38 +61,6 @@ fn option_value(args: &[String], names: &[&str]) -> Option<String> {
     None
 }
 
-/// Files lines of a launcher's output under worker ranks.
-#[derive(Debug, Default)]
-pub struct RankFiler {
-    node_rank_base: u32,
-    local_to_global: HashMap<u32, u32>,
-}
-
-impl RankFiler {
-    pub fn new(node_rank_base: u32) -> Self {
-        RankFiler { node_rank_base, local_to_global: HashMap::new() }
-    }
-
-    /// The global rank that owns `line`, or `None` for the launcher's own lines.
-    pub fn file(&mut self, line: &[u8]) -> Option<u32> {
-        let p = split_rank_prefix(line);
-        match (p.global_rank, p.local_rank) {
-            (Some(global), Some(local)) => {
-                self.local_to_global.insert(local, global);
-                Some(global)
-            }
-            (Some(global), None) => Some(global),
-            (None, Some(local)) => Some(
-                self.local_to_global
-                    .get(&local)
-                    .copied()
-                    .unwrap_or_else(|| self.node_rank_base.saturating_add(local)),
-            ),
-            (None, None) => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,23 +96,5 @@ mod tests {
             _ => None,
         };
         assert_eq!(node_rank_base_from_args(&cmd(&["torchrun", "t.py"]), env), Some(4));
-    }
-
-    #[test]
-    fn files_lines_by_prefix() {
-        let mut f = RankFiler::new(8);
-        assert_eq!(f.file(b"[rank9]: Traceback (most recent call last):"), Some(9));
-        assert_eq!(f.file(b"[default1]:step 4 loss 1.2"), Some(9));
-        assert_eq!(f.file(b"W1130 09:03:42.336000 3148 torch/distributed/elastic/api.py:986] failed"), None);
-        assert_eq!(f.file(b"[E1130 08:59:11.424 ProcessGroupNCCL.cpp:689] x"), None);
-    }
-
-    #[test]
-    fn a_line_with_both_prefixes_teaches_the_mapping() {
-        let mut f = RankFiler::new(0);
-        assert_eq!(f.file(b"[default1]:hello"), Some(1));
-        assert_eq!(f.file(b"[default1]:[rank5]: Traceback"), Some(5));
-        assert_eq!(f.file(b"[default1]:later line"), Some(5));
-        assert_eq!(f.file(b"[trainer0]:other role"), Some(0));
     }
 }

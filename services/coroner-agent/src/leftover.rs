@@ -4,7 +4,7 @@
 //! agent had delivered them. A spool whose agent still runs (it holds the spool's lock) is left
 //! alone. A Slurm epilog or a node's cleanup job can run it after the job's agents are gone.
 
-use crate::shipper::{open_channel, servers};
+use crate::connection::{open_channel, servers};
 use crate::spool;
 use crate::ShipArgs;
 use std::fs::File;

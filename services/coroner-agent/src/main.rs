@@ -12,16 +12,19 @@ mod capture;
 mod chunks;
 mod clock;
 mod collect;
+mod connection;
 mod feed;
 mod gpu_sampler;
 mod heartbeat;
 mod identity;
 mod launcher;
 mod leftover;
+mod outbox;
 mod plan;
 mod queue;
 mod relay;
 mod replay;
+mod seq_base;
 mod shipper;
 mod shipping;
 mod snapshots;
@@ -42,6 +45,7 @@ pub(crate) struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing `RunArgs` buys nothing
 pub(crate) enum Cmd {
     /// Run CMD, pass its output through, and ship every line.
     Run(RunArgs),
@@ -160,7 +164,7 @@ fn main() {
     let code = match cli.command {
         Cmd::Run(args) => {
             init_tracing(args.quiet);
-            let plan = plan::Plan::resolve(&args, |k| std::env::var(k).ok(), &identity::hostname(), std::process::id(), capture::now_ns());
+            let plan = plan::Plan::resolve(&args, |k| std::env::var(k).ok(), &identity::hostname(), std::process::id(), coroner_model::now_ns());
             for note in &plan.notes {
                 tracing::warn!("{note}");
             }

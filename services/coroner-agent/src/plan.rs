@@ -71,54 +71,17 @@ impl Plan {
     /// Decides everything from the flags and the environment. The warnings are also in `notes`.
     pub fn resolve(args: &RunArgs, env: impl Fn(&str) -> Option<String>, host: &str, pid: u32, started_ns: i64) -> Plan {
         let mut notes = Vec::new();
-        let explicit = identity::Explicit {
-            job: args.job.clone(),
-            rank: number(args.rank.as_deref(), "--rank / CORONER_RANK", &mut notes),
-            local_rank: number(args.local_rank.as_deref(), "--local-rank / CORONER_LOCAL_RANK", &mut notes),
-            world_size: number(args.world_size.as_deref(), "--world-size / CORONER_WORLD_SIZE", &mut notes),
-        };
-        let started = stamp(started_ns);
-        let (id, warnings) = identity::resolve(&explicit, &env, host, &started, pid);
-        notes.extend(warnings);
-
+        let id = identify(args, &env, host, pid, started_ns, &mut notes);
         let command: Vec<OsString> = args.command.clone();
-        let is_launcher = match args.launcher.as_deref().map(str::trim) {
-            None | Some("") | Some("auto") => launcher::is_torchrun(&command),
-            Some("none") => false,
-            Some("torchrun") => true,
-            Some(other) => {
-                notes.push(format!("--launcher / CORONER_LAUNCHER {other:?} is not auto, none or torchrun; using auto"));
-                launcher::is_torchrun(&command)
-            }
-        };
+        let is_launcher = launcher_mode(args.launcher.as_deref(), &command, &mut notes);
         let node_rank_base = if is_launcher {
             number(args.node_rank_base.as_deref(), "--node-rank-base / CORONER_NODE_RANK_BASE", &mut notes)
                 .or_else(|| launcher::node_rank_base_from_args(&command, &env))
         } else {
             None
         };
-        // A process that nothing names a rank: in a one-process job it is rank 0; in a larger
-        // job its lines are filed by their own prefixes (a per-node session).
-        let rank = match (is_launcher, id.rank) {
-            (true, _) => None,
-            (false, Some(r)) => Some(r.0),
-            (false, None) if id.world_size.unwrap_or(1) <= 1 => Some(0),
-            (false, None) => {
-                notes.push(format!(
-                    "no rank (none of --rank, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK) in a job of {} \
-                     processes; lines are filed by their rank prefixes",
-                    id.world_size.unwrap_or(0)
-                ));
-                None
-            }
-        };
-
-        let spool_root = args.spool_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("coroner-spool"));
-        let key = match rank {
-            Some(r) => format!("rank-{r}"),
-            None => format!("node-{}", safe_name(host)),
-        };
-        let key_dir = spool_root.join(id.job.as_str()).join(key);
+        let rank = own_rank(is_launcher, &id, &mut notes);
+        let key_dir = key_dir(args.spool_dir.as_deref(), id.job.as_str(), rank, host);
         let snapshot_dir = args.snapshot_dir.clone().unwrap_or_else(|| key_dir.join("snapshots"));
         let fr_dir = key_dir.join("fr");
         let linger = args
@@ -132,7 +95,16 @@ impl Plan {
             .as_deref()
             .and_then(|v| duration(v, "--gpu-sample-secs / CORONER_GPU_SAMPLE_SECS", &mut notes))
             .unwrap_or(DEFAULT_GPU_SAMPLE);
-        let instance = safe_name(&format!("{host}-{pid}-{started_ns:x}"));
+        let spool_max_bytes = args
+            .spool_max_bytes
+            .as_deref()
+            .and_then(|v| size(v, "--spool-max-bytes / CORONER_SPOOL_MAX_BYTES", &mut notes))
+            .unwrap_or(DEFAULT_SPOOL_MAX_BYTES);
+        let snapshot_cap_bytes = args
+            .snapshot_cap_bytes
+            .as_deref()
+            .and_then(|v| size(v, "--snapshot-cap-bytes / CORONER_SNAPSHOT_CAP_BYTES", &mut notes))
+            .unwrap_or(DEFAULT_SNAPSHOT_CAP_BYTES);
 
         Plan {
             job: id.job.to_string(),
@@ -144,25 +116,17 @@ impl Plan {
             is_launcher,
             node_rank_base,
             command: command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
-            instance,
+            instance: safe_name(&format!("{host}-{pid}-{started_ns:x}")),
             server: args.server.clone(),
             token: args.token.clone().filter(|t| !t.is_empty()),
             tls_ca: args.tls_ca.clone(),
             key_dir,
-            spool_max_bytes: args
-                .spool_max_bytes
-                .as_deref()
-                .and_then(|v| size(v, "--spool-max-bytes / CORONER_SPOOL_MAX_BYTES", &mut notes))
-                .unwrap_or(DEFAULT_SPOOL_MAX_BYTES),
+            spool_max_bytes,
             snapshots: !args.no_snapshots,
             snapshot_dir,
             fr_dir,
             fr_pipe_prefix: None,
-            snapshot_cap_bytes: args
-                .snapshot_cap_bytes
-                .as_deref()
-                .and_then(|v| size(v, "--snapshot-cap-bytes / CORONER_SNAPSHOT_CAP_BYTES", &mut notes))
-                .unwrap_or(DEFAULT_SNAPSHOT_CAP_BYTES),
+            snapshot_cap_bytes,
             gpu_sample_ms: u64::try_from(gpu_sample.as_millis()).unwrap_or(u64::MAX),
             cuda_visible_devices: env("CUDA_VISIBLE_DEVICES"),
             linger_ms: u64::try_from(linger.as_millis()).unwrap_or(u64::MAX),
@@ -233,20 +197,72 @@ fn number(value: Option<&str>, what: &str, notes: &mut Vec<String>) -> Option<u3
     }
 }
 
-/// A duration as `humantime` writes it (`2s`, `500ms`, `1m 30s`) or a number of seconds (`1.5`).
-pub fn parse_duration(v: &str) -> Result<Duration, String> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).map_err(|e| e.to_string());
+/// Who this agent speaks for: the flags first, then the launcher's environment, else made up.
+fn identify(
+    args: &RunArgs,
+    env: &impl Fn(&str) -> Option<String>,
+    host: &str,
+    pid: u32,
+    started_ns: i64,
+    notes: &mut Vec<String>,
+) -> identity::Identity {
+    let explicit = identity::Explicit {
+        job: args.job.clone(),
+        rank: number(args.rank.as_deref(), "--rank / CORONER_RANK", notes),
+        local_rank: number(args.local_rank.as_deref(), "--local-rank / CORONER_LOCAL_RANK", notes),
+        world_size: number(args.world_size.as_deref(), "--world-size / CORONER_WORLD_SIZE", notes),
+    };
+    let (id, warnings) = identity::resolve(&explicit, env, host, &stamp(started_ns), pid);
+    notes.extend(warnings);
+    id
+}
+
+/// Whether the agent speaks for a whole node's launcher (`--launcher auto|none|torchrun`).
+fn launcher_mode(flag: Option<&str>, command: &[OsString], notes: &mut Vec<String>) -> bool {
+    match flag.map(str::trim) {
+        None | Some("") | Some("auto") => launcher::is_torchrun(command),
+        Some("none") => false,
+        Some("torchrun") => true,
+        Some(other) => {
+            notes.push(format!("--launcher / CORONER_LAUNCHER {other:?} is not auto, none or torchrun; using auto"));
+            launcher::is_torchrun(command)
+        }
     }
-    humantime::parse_duration(v).map_err(|e| e.to_string())
+}
+
+/// The rank of the session. A process that nothing names a rank: in a one-process job it is
+/// rank 0; in a larger job its lines are filed by their own prefixes (a per-node session).
+fn own_rank(is_launcher: bool, id: &identity::Identity, notes: &mut Vec<String>) -> Option<u32> {
+    match (is_launcher, id.rank) {
+        (true, _) => None,
+        (false, Some(r)) => Some(r.0),
+        (false, None) if id.world_size.unwrap_or(1) <= 1 => Some(0),
+        (false, None) => {
+            notes.push(format!(
+                "no rank (none of --rank, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK) in a job of {} \
+                 processes; lines are filed by their rank prefixes",
+                id.world_size.unwrap_or(0)
+            ));
+            None
+        }
+    }
+}
+
+/// `<spool>/<job>/<rank-R | node-HOST>`.
+fn key_dir(spool_dir: Option<&std::path::Path>, job: &str, rank: Option<u32>, host: &str) -> PathBuf {
+    let spool_root = spool_dir.map_or_else(|| std::env::temp_dir().join("coroner-spool"), std::path::Path::to_path_buf);
+    let key = match rank {
+        Some(r) => format!("rank-{r}"),
+        None => format!("node-{}", safe_name(host)),
+    };
+    spool_root.join(job).join(key)
 }
 
 fn duration(v: &str, what: &str, notes: &mut Vec<String>) -> Option<Duration> {
-    match parse_duration(v) {
+    match coroner_model::parse_duration(v) {
         Ok(d) => Some(d),
         Err(e) => {
-            notes.push(format!("{what} {v:?} is not a duration ({e}); using the default"));
+            notes.push(format!("{what}: {e}; using the default"));
             None
         }
     }
@@ -338,10 +354,6 @@ pub(crate) mod tests {
     fn sizes_and_durations_take_units() {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("1m 30s").unwrap(), Duration::from_secs(90));
-        assert!(parse_duration("soon").is_err());
         let a = args(&["coroner-agent", "run", "--job", "j", "--flush-timeout", "1", "--", "x"]);
         assert_eq!(Plan::resolve(&a, env_of(&[]), "vm", 7, NS).linger(), Duration::from_secs(1), "--flush-timeout is --linger's old name");
     }

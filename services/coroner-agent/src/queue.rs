@@ -3,7 +3,8 @@
 //! When it is full while the shipper is spooling (a burst faster than the spool takes it), a
 //! pipe thread waits for room, at most [`WAIT_FOR_ROOM`] (the child then waits on its pipe, as
 //! it would on a slow terminal). When the shipper cannot spool, or did not make room in time,
-//! a line that looks like an error or a warning evicts the oldest routine line, and a routine
+//! a line that looks like an error or a warning (`coroner_parse::is_important`, the rule the
+//! index's severity follows too) evicts the oldest routine line, and a routine
 //! line is dropped, without waiting again until the shipper takes lines. Every drop is counted
 //! and reported with the process end.
 //!
@@ -11,6 +12,7 @@
 //! the read buffer they arrived in (no copy, no allocation per line).
 
 use bytes::Bytes;
+use coroner_parse::is_important;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -20,40 +22,8 @@ use tokio::sync::Notify;
 /// The longest a pipe thread waits for room while the shipper is spooling.
 pub const WAIT_FOR_ROOM: Duration = Duration::from_millis(250);
 
-/// Words that make a line worth keeping when something must go, in any case (`ERROR`, `Error`,
-/// `error`, `UserWarning`, `NCCL WARN`, ...). Only searched when the queue is full.
-const IMPORTANT: &[&str] =
-    &["error", "warn", "traceback", "fatal", "exception", "critical", "panic", "abort", "fail", "killed", "segmentation fault", "out of memory"];
-
 /// What a queued line costs beside its bytes (its fields and the queue's slot), for the limit.
 pub const LINE_OVERHEAD: usize = 64;
-
-/// Whether a line is an error or a warning (kept before routine lines when the queue is full):
-/// one of [`IMPORTANT`]'s words anywhere, or a glog severity of E, W or F at its start
-/// (`E1130 08:59:11.123 ...`), also behind rank prefixes (`[rank0]:[E1130 ...`).
-pub fn is_important(raw: &[u8]) -> bool {
-    use std::sync::LazyLock;
-    static WORDS: LazyLock<aho_corasick::AhoCorasick> = LazyLock::new(|| {
-        aho_corasick::AhoCorasick::builder().ascii_case_insensitive(true).build(IMPORTANT).expect("fixed patterns build")
-    });
-    glog_severity_is_high(raw) || WORDS.is_match(raw)
-}
-
-/// `E`, `W` or `F` followed by four digits (glog's month and day) at the start of the line, once
-/// `[...]:` prefixes and a `[` are skipped.
-fn glog_severity_is_high(raw: &[u8]) -> bool {
-    let mut rest = raw;
-    while rest.first() == Some(&b'[') {
-        match memchr::memchr(b']', rest) {
-            Some(end) if rest.get(end + 1) == Some(&b':') => rest = &rest[end + 2..],
-            _ => {
-                rest = &rest[1..];
-                break;
-            }
-        }
-    }
-    matches!(rest, [b'E' | b'W' | b'F', d @ ..] if d.len() >= 4 && d[..4].iter().all(u8::is_ascii_digit))
-}
 
 /// One captured line: its exact bytes, its capture time, and its number in its (rank, stream)
 /// as this agent counts them (from 0; the shipper rebases it).
@@ -290,30 +260,6 @@ mod tests {
         let kept: Vec<u64> = q.drain_all().iter().map(|l| l.seq).collect();
         assert_eq!(kept, vec![1, 2, 4]);
         assert_eq!(q.dropped(), 2);
-    }
-
-    #[test]
-    fn errors_and_warnings_of_every_usual_shape_are_important() {
-        for l in [
-            "ERROR: something broke",
-            "2026-11-30 08:58:51,398 ERROR [rank0] train: bad",
-            "/opt/x.py:3: UserWarning: deprecated",
-            "warning: low disk",
-            "node1:123:456 [0] NCCL WARN Call to ibv_create_qp failed",
-            "E1130 08:59:11.123456 1234 ProcessGroupNCCL.cpp:1] Watchdog caught collective operation timeout",
-            "[rank0]:[E1130 08:59:11 x.cpp:1] boom",
-            "[default3]:W1130 08:59:11.1 x.cpp:1] slow",
-            "Traceback (most recent call last):",
-            "RuntimeError: CUDA error: an illegal memory access was encountered",
-            "torch.OutOfMemoryError: CUDA out of memory.",
-            "Fatal Python error: Segmentation fault",
-            "CRITICAL: disk",
-        ] {
-            assert!(is_important(l.as_bytes()), "{l}");
-        }
-        for l in ["step 10 loss 1.0", "Epoch 3: 100%|##########| 50/50", "[rank0]:[I1130 08:59:11 x.cpp:1] init", "Every 10 steps", "[epoch 3] done"] {
-            assert!(!is_important(l.as_bytes()), "{l}");
-        }
     }
 
     #[test]

@@ -103,9 +103,8 @@ impl Drop for Progress {
 /// `dst` is written with plain `write(2)` calls (no buffering in between), each counted as soon as
 /// it returns, so what reached `dst` and what was counted differ by at most the call under way.
 pub fn relay(src: OwnedFd, dst: RawFd, stream: coroner_model::Stream, progress: &Progress, slot: Slot, mut sink: impl FnMut(Bytes, i64)) {
-    let (aux_r, aux_w) = match pipe() {
-        Ok(p) => p,
-        Err(_) => return crate::capture::pump(std::fs::File::from(src), Fd(dst), stream, sink),
+    let Ok((aux_r, aux_w)) = pipe() else {
+        return crate::capture::pump(std::fs::File::from(src), Fd(dst), stream, sink);
     };
     let mut passthrough_ok = true;
     let mut capturing = true;
@@ -129,7 +128,7 @@ pub fn relay(src: OwnedFd, dst: RawFd, stream: coroner_model::Stream, progress: 
             }
         }
         let n = n as usize;
-        let now = crate::capture::now_ns();
+        let now = coroner_model::now_ns();
         let mut buf = BytesMut::zeroed(n);
         if read_exact(aux_r.as_raw_fd(), &mut buf).is_err() {
             break;
@@ -181,8 +180,9 @@ pub fn relay(src: OwnedFd, dst: RawFd, stream: coroner_model::Stream, progress: 
 /// larger blocking write killed half way has written a part nobody counted), anything for a
 /// file or a terminal.
 fn atomic_write_size(fd: RawFd) -> usize {
-    // SAFETY: fstat into a zeroed struct.
+    // SAFETY: `stat` is plain data, for which all zero bytes are a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into the struct we own; a bad descriptor is an error return.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return libc::PIPE_BUF;
     }
@@ -231,7 +231,7 @@ fn read_exact(fd: RawFd, mut buf: &mut [u8]) -> std::io::Result<()> {
 }
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
+    let mut fds: [libc::c_int; 2] = [0; 2];
     // SAFETY: pipe2 writes two new descriptors into the array, which we then own.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error());

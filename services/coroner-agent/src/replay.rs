@@ -2,14 +2,16 @@
 //! unacknowledged batches and its process end, under the earlier agent's own session identity
 //! (its `agent_instance`), so the server files them exactly as if that agent had delivered them.
 
-use crate::shipper::{base_from, base_of, connect, prepare_lines, AckEvent, OFFSET_KEY};
-use crate::spool::{read_spool, Record, SpoolWriter};
+use crate::connection::{connect, AckEvent, Conn};
+use crate::seq_base::{prepare_lines, SeqBase};
+use crate::spool::{read_spool, Record, SpoolWriter, SpooledBatch};
 use crate::wire::Outgoing;
 use coroner_proto::v1;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Duration;
+use tokio::sync::mpsc;
 use coroner_proto::auth::Channel;
 
 /// How long one replay may wait for its acknowledgements.
@@ -35,7 +37,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) -> bool {
     // The earlier agent's lane, when it learnt one (a spool it never shipped from gets a new one).
     let mut request = contents.session.clone();
     request.seq_lanes = true;
-    request.seq_offset = contents.base().map(|b| base_of(&b, OFFSET_KEY));
+    request.seq_offset = contents.base().map(|b| b.offset());
     let (conn, mut acks) = match connect(channel, request).await {
         Ok(c) => c,
         Err(e) => {
@@ -53,19 +55,48 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) -> bool {
     let base = match contents.base() {
         Some(b) => b,
         None => {
-            let b = base_from(&conn.resume_from, conn.seq_offset);
+            let b = SeqBase::from_session(&conn.resume_from, conn.seq_offset);
             let _ = writer.append(&Record::Base(b.clone()), true);
             b
         }
     };
-    let rank = contents.session.rank;
+    let deadline = tokio::time::Instant::now() + REPLAY_TIMEOUT;
+    let lines_sent = match send_batches(&conn, &mut acks, &mut writer, &unacked.batches, contents.session.rank, &base, deadline).await {
+        Ok(n) => n,
+        Err(why) => {
+            tracing::warn!("replay {}: {why}", path.display());
+            return false;
+        }
+    };
+    if let Some(exit) = unacked.exit {
+        if !report_exit(&conn, exit).await {
+            tracing::warn!("replay {}: the process end was not acknowledged; keeping the spool", path.display());
+            return false;
+        }
+        let _ = writer.append(&Record::ExitAcked, true);
+    }
+    tracing::info!("replayed {lines_sent} lines from an earlier agent's spool {}", path.display());
+    let _ = writer.remove();
+    true
+}
+
+/// Sends the unacknowledged batches in the earlier agent's lane, numbered on `base`, and waits
+/// for their acknowledgements (recorded in the spool) until `deadline`. Returns how many lines
+/// were sent, or why not all were acknowledged.
+async fn send_batches(
+    conn: &Conn,
+    acks: &mut mpsc::Receiver<AckEvent>,
+    writer: &mut SpoolWriter,
+    batches: &[SpooledBatch],
+    rank: Option<u32>,
+    base: &SeqBase,
+    deadline: tokio::time::Instant,
+) -> Result<usize, String> {
     let mut outstanding = HashSet::new();
     let mut lines_sent = 0;
-    let deadline = tokio::time::Instant::now() + REPLAY_TIMEOUT;
-    let rebased = HashMap::new();
-    for spooled in &unacked.batches {
+    for spooled in batches {
         let b = &spooled.batch;
-        let lines = prepare_lines(&b.lines, rank, if spooled.rebased { &rebased } else { &base }, &conn.resume_from);
+        let lines = prepare_lines(&b.lines, rank, (!spooled.rebased).then_some(base), &conn.resume_from);
         if lines.is_empty() {
             let _ = writer.append(&Record::Ack(b.batch_id), false);
             continue;
@@ -73,8 +104,7 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) -> bool {
         lines_sent += lines.len();
         let batch = v1::LogBatch { session_id: conn.session_id.clone(), batch_id: b.batch_id, lines, clock: Vec::new(), spool_backlog: 0 };
         if tokio::time::timeout_at(deadline, conn.tx.send(Outgoing::message(&batch))).await.map_or(true, |r| r.is_err()) {
-            tracing::warn!("replay {}: the server stopped taking batches", path.display());
-            return false;
+            return Err("the server stopped taking batches".into());
         }
         outstanding.insert(b.batch_id);
     }
@@ -85,26 +115,15 @@ pub async fn replay(channel: Channel, path: PathBuf, file: File) -> bool {
                     let _ = writer.append(&Record::Ack(a.batch_id), false);
                 }
             }
-            _ => {
-                tracing::warn!("replay {}: {} batches unacknowledged; keeping the spool", path.display(), outstanding.len());
-                return false;
-            }
+            _ => return Err(format!("{} batches unacknowledged; keeping the spool", outstanding.len())),
         }
     }
-    if let Some(mut exit) = unacked.exit {
-        exit.session_id = conn.session_id.clone();
-        let mut client = conn.client.clone();
-        match tokio::time::timeout(Duration::from_secs(5), client.report_exit(exit)).await {
-            Ok(Ok(_)) => {
-                let _ = writer.append(&Record::ExitAcked, true);
-            }
-            _ => {
-                tracing::warn!("replay {}: the process end was not acknowledged; keeping the spool", path.display());
-                return false;
-            }
-        }
-    }
-    tracing::info!("replayed {lines_sent} lines from an earlier agent's spool {}", path.display());
-    let _ = writer.remove();
-    true
+    Ok(lines_sent)
+}
+
+/// Reports the earlier agent's process end under this session; whether it was acknowledged.
+async fn report_exit(conn: &Conn, mut exit: v1::ProcessExit) -> bool {
+    exit.session_id = conn.session_id.clone();
+    let mut client = conn.client.clone();
+    matches!(tokio::time::timeout(Duration::from_secs(5), client.report_exit(exit)).await, Ok(Ok(_)))
 }

@@ -17,14 +17,14 @@
 //! stderr (so whoever reads them to their end is not held) and lets a collection or upload still
 //! under way finish, for at most [`COLLECT_LIMIT`] more.
 
-use crate::capture::{self, now_ns, Capture, Sequencer};
+use crate::capture::{self, Capture, Sequencer};
 use crate::chunks::Entry;
 use crate::feed::{self, End, Record};
-use crate::launcher::RankFiler;
+use coroner_parse::RankFiler;
 use crate::plan::Plan;
 use crate::queue::LineQueue;
 use crate::{collect, gpu_sampler, heartbeat, relay, shipper, snapshots, spool};
-use coroner_model::Stream;
+use coroner_model::{now_ns, Stream};
 use coroner_proto::v1;
 use std::fs::File;
 use std::os::fd::{FromRawFd, RawFd};
@@ -102,6 +102,9 @@ pub fn run() -> i32 {
     0
 }
 
+/// Starts the shipper task and its companions (snapshot watcher, heartbeats, GPU sampler),
+/// splits the feed into lines until the child's end, then delivers what it can within the
+/// linger and lets a collection or upload still under way finish within the hard deadline.
 async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, Option<File>), progress: Option<relay::Progress>, delivered: Option<File>) {
     let session = session_request(&plan);
     let (spool, orphans) = open_spool(&plan, &session);
@@ -111,42 +114,14 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
     let connections = shipper.watch_connections();
     let shipper = tokio::spawn(shipper.run(finish_rx));
     let (snap_tx, snap_rx) = tokio::sync::mpsc::channel(16);
-    let watcher = plan.snapshots.then(|| {
-        let settings = snapshots::Settings {
-            watched: vec![
-                snapshots::Watched { dir: plan.snapshot_dir.clone(), folder: "snapshots".into() },
-                snapshots::Watched { dir: plan.fr_dir.clone(), folder: "flight_recorder".into() },
-            ],
-            cap: plan.snapshot_cap_bytes,
-            rank: plan.rank,
-        };
-        tokio::spawn(snapshots::run(settings, connections, snap_rx))
-    });
-    let beat = plan.rank.map(|rank| {
-        tokio::spawn(heartbeat::run(heartbeat::Settings {
-            server: plan.server.clone(),
-            job: plan.job.clone(),
-            rank,
-            pid: plan.child_pid,
-            snapshot_dir: plan.snapshot_dir.clone(),
-            fr_pipe: plan.fr_pipe_prefix.as_ref().map(|p| PathBuf::from(format!("{p}{rank}.pipe"))),
-        }))
-    });
+    let watcher = start_watcher(&plan, connections, snap_rx);
+    let beat = start_heartbeat(&plan);
     // One numbering for the child's lines (split here from the supervisor's reads) and the GPU
     // samples (on the `file` stream): a launcher agent's local-to-global mapping learnt on one
     // stream applies to all.
     let filer = plan.is_launcher.then(|| RankFiler::new(plan.node_rank_base.unwrap_or(0)));
     let sequencer = Arc::new(Mutex::new(Sequencer::new(filer, queue.clone())));
-    let gpu_sampler = (plan.gpu_sample_ms > 0).then(|| {
-        let s = sequencer.clone();
-        let local_rank = if plan.is_launcher { None } else { plan.local_rank };
-        let visible = gpu_sampler::devices_to_sample(plan.cuda_visible_devices.as_deref(), local_rank);
-        gpu_sampler::Sampler::start(Duration::from_millis(plan.gpu_sample_ms), PathBuf::from("nvidia-smi"), visible, move |lines| {
-            if let Ok(mut s) = s.lock() {
-                s.accept_all(Stream::File, lines);
-            }
-        })
-    });
+    let gpu_sampler = start_gpu_sampler(&plan, &sequencer);
 
     let (ending_tx, ending_rx) = tokio::sync::oneshot::channel();
     {
@@ -163,25 +138,7 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
     if let Some(b) = &beat {
         b.abort();
     }
-    let (exit, failed) = match ending {
-        Ending::Ended(e) => {
-            let exit = v1::ProcessExit {
-                session_id: String::new(),
-                rank: plan.rank,
-                exit_code: e.exit_code,
-                signal: e.signal,
-                at_ns: e.at_ns,
-                dropped_lines: e.dropped,
-                notes: Vec::new(),
-            };
-            (exit, e.exit_code != Some(0))
-        }
-        Ending::Orphaned => {
-            let note = "its supervisor process was killed; the output was still passed through and shipped, but how the process ended is not known".to_string();
-            let exit = v1::ProcessExit { session_id: String::new(), rank: plan.rank, exit_code: None, signal: None, at_ns: now_ns(), dropped_lines: 0, notes: vec![note] };
-            (exit, false)
-        }
-    };
+    let (exit, failed) = process_exit(&plan, ending);
     let deadline = tokio::time::Instant::now() + plan.linger();
     let hard_deadline = deadline + COLLECT_LIMIT + Duration::from_secs(2);
     std::thread::spawn(move || {
@@ -189,21 +146,7 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
         std::process::exit(0);
     });
     // On failure: GPU and kernel state, and core files, gathered while the lines are delivered.
-    let gather = (watcher.is_some() && failed).then(|| {
-        let (dir, tx) = (plan.snapshot_dir.clone(), snap_tx.clone());
-        let prefix = plan.rank.map(|r| format!("rank{r}.")).unwrap_or_default();
-        let started = std::time::UNIX_EPOCH + Duration::from_nanos(u64::try_from(plan.started_ns).unwrap_or(0));
-        tokio::spawn(async move {
-            collect::on_failure(&dir, &prefix, COLLECT_LIMIT).await;
-            let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
-            let cwd = std::env::current_dir().unwrap_or_default();
-            if let Some((dir, prefix)) = collect::core_location(&pattern, &cwd) {
-                for path in collect::cores_since(&dir, &prefix, started) {
-                    let _ = tx.send(snapshots::Msg::File { path, folder: "core".into() }).await;
-                }
-            }
-        })
-    });
+    let mut gather = (watcher.is_some() && failed).then(|| gather_on_failure(&plan, snap_tx.clone()));
     let _ = finish_tx.send(shipper::Finish { exit, deadline }).await;
     match tokio::time::timeout_at(deadline, shipper).await {
         Ok(Ok(summary)) => report(&summary),
@@ -211,7 +154,6 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
     }
     // Snapshots: what the failure-time collection finds, then everything in the folders, within
     // the same linger; what is not shipped by then stays for the next agent of this rank.
-    let mut gather = gather;
     if let Some(g) = gather.as_mut() {
         if tokio::time::timeout_at(deadline, g).await.is_ok() {
             gather = None;
@@ -238,6 +180,96 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
     if let Some(w) = watcher {
         let _ = tokio::time::timeout_at(hard_deadline, w).await;
     }
+}
+
+/// The snapshot watcher over the rank's snapshot and flight recorder folders, unless snapshots
+/// are off.
+fn start_watcher(
+    plan: &Plan,
+    connections: shipper::ConnWatch,
+    messages: tokio::sync::mpsc::Receiver<snapshots::Msg>,
+) -> Option<tokio::task::JoinHandle<snapshots::Summary>> {
+    plan.snapshots.then(|| {
+        let settings = snapshots::Settings {
+            watched: vec![
+                snapshots::Watched { dir: plan.snapshot_dir.clone(), folder: "snapshots".into() },
+                snapshots::Watched { dir: plan.fr_dir.clone(), folder: "flight_recorder".into() },
+            ],
+            cap: plan.snapshot_cap_bytes,
+            rank: plan.rank,
+        };
+        tokio::spawn(snapshots::run(settings, connections, messages))
+    })
+}
+
+/// Heartbeats for a rank agent (a launcher agent has no one rank to speak of).
+fn start_heartbeat(plan: &Plan) -> Option<tokio::task::JoinHandle<()>> {
+    plan.rank.map(|rank| {
+        tokio::spawn(heartbeat::run(heartbeat::Settings {
+            server: plan.server.clone(),
+            job: plan.job.clone(),
+            rank,
+            pid: plan.child_pid,
+            snapshot_dir: plan.snapshot_dir.clone(),
+            fr_pipe: plan.fr_pipe_prefix.as_ref().map(|p| PathBuf::from(format!("{p}{rank}.pipe"))),
+        }))
+    })
+}
+
+/// GPU memory samples, numbered with the child's lines on the `file` stream, unless sampling is off.
+fn start_gpu_sampler(plan: &Plan, sequencer: &Arc<Mutex<Sequencer>>) -> Option<gpu_sampler::Sampler> {
+    (plan.gpu_sample_ms > 0).then(|| {
+        let s = sequencer.clone();
+        let local_rank = if plan.is_launcher { None } else { plan.local_rank };
+        let visible = gpu_sampler::devices_to_sample(plan.cuda_visible_devices.as_deref(), local_rank);
+        gpu_sampler::Sampler::start(Duration::from_millis(plan.gpu_sample_ms), PathBuf::from("nvidia-smi"), visible, move |lines| {
+            if let Ok(mut s) = s.lock() {
+                s.accept_all(Stream::File, lines);
+            }
+        })
+    })
+}
+
+/// The process end to report, and whether the child failed (what the failure-time collection
+/// waits for).
+fn process_exit(plan: &Plan, ending: Ending) -> (v1::ProcessExit, bool) {
+    match ending {
+        Ending::Ended(e) => {
+            let exit = v1::ProcessExit {
+                session_id: String::new(),
+                rank: plan.rank,
+                exit_code: e.exit_code,
+                signal: e.signal,
+                at_ns: e.at_ns,
+                dropped_lines: e.dropped,
+                notes: Vec::new(),
+            };
+            (exit, e.exit_code != Some(0))
+        }
+        Ending::Orphaned => {
+            let note = "its supervisor process was killed; the output was still passed through and shipped, but how the process ended is not known".to_string();
+            let exit = v1::ProcessExit { session_id: String::new(), rank: plan.rank, exit_code: None, signal: None, at_ns: now_ns(), dropped_lines: 0, notes: vec![note] };
+            (exit, false)
+        }
+    }
+}
+
+/// Gathers GPU and kernel state into the snapshot folder, and hands the child's core files to
+/// the snapshot watcher.
+fn gather_on_failure(plan: &Plan, tx: tokio::sync::mpsc::Sender<snapshots::Msg>) -> tokio::task::JoinHandle<()> {
+    let dir = plan.snapshot_dir.clone();
+    let prefix = plan.rank.map(|r| format!("rank{r}.")).unwrap_or_default();
+    let started = std::time::UNIX_EPOCH + Duration::from_nanos(u64::try_from(plan.started_ns).unwrap_or(0));
+    tokio::spawn(async move {
+        collect::on_failure(&dir, &prefix, COLLECT_LIMIT).await;
+        let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+        let cwd = std::env::current_dir().unwrap_or_default();
+        if let Some((dir, prefix)) = collect::core_location(&pattern, &cwd) {
+            for path in collect::cores_since(&dir, &prefix, started) {
+                let _ = tx.send(snapshots::Msg::File { path, folder: "core".into() }).await;
+            }
+        }
+    })
 }
 
 /// Splits the supervisor's reads into lines until the child's end, or takes over the

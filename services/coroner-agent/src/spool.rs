@@ -15,6 +15,11 @@
 //!   `6` (since version 2) a `LogBatch` whose numbers are already rebased: the exact bytes
 //!   that were sent.
 //!
+//! The base record is a list of entries, each a `u16` key length, the key and a `u64`: a stream
+//! key (`<rank>/<stream>`) and where that stream starts, and under the key `*` (which no stream
+//! key looks like) the instance's lane offset, written first. An older agent's base has no `*`
+//! entry: its lane starts at 0. In memory it is a [`SeqBase`]; the conversion is here.
+//!
 //! All integers little-endian. A reader stops at the first torn or corrupt record and says so.
 //! Version 1 files (no kind 6) are still read.
 //!
@@ -32,6 +37,7 @@
 //! Each live agent holds an exclusive `flock` on its spool file, so a replaying agent never takes
 //! a spool from one that is still running.
 
+use crate::seq_base::SeqBase;
 use bytes::{BufMut, Bytes, BytesMut};
 use coroner_proto::v1;
 use prost::Message;
@@ -52,6 +58,8 @@ const KIND_EXIT: u8 = 3;
 const KIND_EXIT_ACKED: u8 = 4;
 const KIND_BASE: u8 = 5;
 const KIND_REBASED_BATCH: u8 = 6;
+/// The base record's key for the lane offset (no stream key looks like it).
+const OFFSET_KEY: &str = "*";
 
 /// One spool record.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,8 +71,8 @@ pub enum Record {
     Ack(u64),
     Exit(v1::ProcessExit),
     ExitAcked,
-    /// This instance's sequence base per stream key (`<rank>/<stream>`), learnt from the server.
-    Base(std::collections::HashMap<String, u64>),
+    /// This instance's sequence base, learnt from the server.
+    Base(SeqBase),
 }
 
 impl Record {
@@ -88,14 +96,12 @@ impl Record {
                 e.encode(&mut body).expect("vec grows");
             }
             Record::ExitAcked => body.push(KIND_EXIT_ACKED),
-            Record::Base(map) => {
+            Record::Base(base) => {
                 body.push(KIND_BASE);
-                let mut entries: Vec<_> = map.iter().collect();
-                entries.sort();
-                for (key, base) in entries {
+                for (key, start) in std::iter::once((OFFSET_KEY, base.offset())).chain(base.streams()) {
                     body.extend_from_slice(&(key.len() as u16).to_le_bytes());
                     body.extend_from_slice(key.as_bytes());
-                    body.extend_from_slice(&base.to_le_bytes());
+                    body.extend_from_slice(&start.to_le_bytes());
                 }
             }
         }
@@ -114,17 +120,22 @@ impl Record {
             KIND_EXIT => v1::ProcessExit::decode(payload).map(Record::Exit).map_err(|e| e.to_string()),
             KIND_EXIT_ACKED => Ok(Record::ExitAcked),
             KIND_BASE => {
-                let mut map = std::collections::HashMap::new();
+                let (mut streams, mut offset) = (std::collections::HashMap::new(), 0);
                 let mut rest = payload;
                 while !rest.is_empty() {
                     let n = usize::from(u16::from_le_bytes(rest.get(..2).ok_or("torn base entry")?.try_into().expect("2 bytes")));
                     let key = rest.get(2..2 + n).ok_or("torn base entry")?;
                     let base = rest.get(2 + n..10 + n).ok_or("torn base entry")?;
                     let key = String::from_utf8(key.to_vec()).map_err(|_| "base key is not UTF-8")?;
-                    map.insert(key, u64::from_le_bytes(base.try_into().expect("8 bytes")));
+                    let start = u64::from_le_bytes(base.try_into().expect("8 bytes"));
+                    if key == OFFSET_KEY {
+                        offset = start;
+                    } else {
+                        streams.insert(key, start);
+                    }
                     rest = &rest[10 + n..];
                 }
-                Ok(Record::Base(map))
+                Ok(Record::Base(SeqBase::from_parts(streams, offset)))
             }
             other => Err(format!("unknown record kind {other}")),
         }
@@ -269,7 +280,7 @@ impl SpoolWriter {
         self.read_exact_at(&mut head, offset)?;
         let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
         let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
-        if len < 1 || len > MAX_RECORD {
+        if !(1..=MAX_RECORD).contains(&len) {
             return Err(bad(format!("implausible record length {len} at offset {offset}")));
         }
         let mut body = vec![0u8; len as usize];
@@ -323,8 +334,8 @@ pub struct SpoolContents {
 
 impl SpoolContents {
     /// The sequence base the spooling agent learnt, if it ever reached the server.
-    pub fn base(&self) -> Option<std::collections::HashMap<String, u64>> {
-        self.records.iter().rev().find_map(|(_, r)| if let Record::Base(m) = r { Some(m.clone()) } else { None })
+    pub fn base(&self) -> Option<SeqBase> {
+        self.records.iter().rev().find_map(|(_, r)| if let Record::Base(b) = r { Some(b.clone()) } else { None })
     }
 }
 
@@ -353,7 +364,7 @@ impl SpoolContents {
             match r {
                 Record::Batch(b) if !acked.contains(&b.batch_id) => out.batches.push(SpooledBatch { batch: b.clone(), rebased: false }),
                 Record::RebasedBatch(b) if !acked.contains(&b.batch_id) => {
-                    out.batches.push(SpooledBatch { batch: b.clone(), rebased: true })
+                    out.batches.push(SpooledBatch { batch: b.clone(), rebased: true });
                 }
                 Record::Exit(e) => out.exit = Some(e.clone()),
                 Record::ExitAcked => exit_acked = true,
@@ -497,7 +508,7 @@ mod tests {
         let off = w.append(&Record::Batch(batch(0, b"one \xff")), true).unwrap().unwrap();
         w.append(&Record::Batch(batch(1, b"two")), true).unwrap().unwrap();
         w.append(&Record::Ack(0), false).unwrap().unwrap();
-        let base: std::collections::HashMap<String, u64> = [("3/stdout".to_string(), 7)].into();
+        let base = SeqBase::from_session(&[("3/stdout".to_string(), 7)].into(), 1 << 40);
         w.append(&Record::Base(base.clone()), true).unwrap().unwrap();
         let exit = v1::ProcessExit { exit_code: Some(3), ..Default::default() };
         w.append(&Record::Exit(exit.clone()), true).unwrap().unwrap();
@@ -609,5 +620,26 @@ mod tests {
         assert!(orphans(dir.path(), &dir.path().join("other.spool")).is_empty());
         drop(w);
         assert_eq!(orphans(dir.path(), &dir.path().join("other.spool")).len(), 1);
+    }
+
+    /// A spool written by the agent of 5a4e50e (before the base was a type): its base record
+    /// (with the `*` offset entry) reads as the same base, and is written back byte for byte.
+    #[test]
+    fn a_spool_written_before_the_typed_base_still_reads() {
+        let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/v2-before-seqbase.spool")).unwrap();
+        let c = read_spool(&bytes[..]).unwrap();
+        assert!(c.corrupt.is_none());
+        assert_eq!((c.session.job_id.as_str(), c.session.rank, c.session.agent_instance.as_str()), ("job-v2", Some(3), "a-v2"));
+        let base = c.base().unwrap();
+        assert_eq!((base.start_of("3/stdout"), base.start_of("3/stderr"), base.offset()), (10, 1 << 40, 1 << 40));
+        let u = c.unacked();
+        let batches: Vec<(u64, bool, Vec<u64>)> =
+            u.batches.iter().map(|b| (b.batch.batch_id, b.rebased, b.batch.lines.iter().map(|l| l.seq).collect())).collect();
+        assert_eq!(batches, vec![(1, false, vec![0]), (2, true, vec![12])]);
+        assert_eq!(u.batches[1].batch.lines[0].raw, b"step 3 loss \xff");
+        assert_eq!(u.exit.map(|e| e.exit_code), Some(Some(1)));
+        let (at, record) = c.records.iter().find(|(_, r)| matches!(r, Record::Base(_))).unwrap();
+        let body = record.encode();
+        assert_eq!(&bytes[*at as usize + 8..*at as usize + 8 + body.len()], &body[..], "the same bytes as before");
     }
 }

@@ -22,7 +22,8 @@
 //! the pass-through (see `shipping.rs`), so the child never gets a broken pipe.
 //! ARCHITECTURE.md, "The agent's processes", says why this design and not another.
 
-use crate::capture::{self, now_ns};
+use crate::capture;
+use coroner_model::now_ns;
 use crate::chunks::{ChunkQueue, Entry};
 use crate::relay;
 use crate::feed::{self, End};
@@ -53,26 +54,11 @@ const FORWARDED: [libc::c_int; 6] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, 
 /// Runs the command under the plan and returns the exit code to leave with.
 pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
     prepare_folders(&mut plan);
-    let child_env = plan.child_env(|k| std::env::var(k).ok(), std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()));
-    let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..]).stdin(Stdio::inherit()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.envs(child_env.set.iter().map(|(k, v)| (k, v)));
-    for k in &child_env.remove {
-        cmd.env_remove(k);
-    }
     // Installed before the child exists, so a signal in between does not kill the supervisor.
     let forwarder = Forwarder::install();
-    let mut child = match cmd.spawn() {
+    let mut child = match spawn_child(&plan, command) {
         Ok(c) => c,
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied) => {
-            tracing::error!("run {}: {e}", command[0].to_string_lossy());
-            return if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-        }
-        Err(e) => {
-            // The agent's own trouble (no pipes, no memory): the command runs without it.
-            tracing::warn!("cannot capture the command's output ({e}); running it unwrapped");
-            return run_unwrapped(command);
-        }
+        Err(code) => return code,
     };
     plan.child_pid = child.id();
     let (out, err) = (child.stdout.take(), child.stderr.take());
@@ -80,14 +66,7 @@ pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
     // Copies of the pipes' read ends, for each shipper to hold (the pumps close theirs at EOF).
     let copy = |fd: Option<RawFd>| fd.and_then(|fd| dup_cloexec(fd).ok());
     let queue = Arc::new(ChunkQueue::new(QUEUE_BYTES));
-    // What the pass-through wrote and consumed, shared with the shipper (see `relay.rs`).
-    let progress = match relay::Progress::create() {
-        Ok(p) => Some(Arc::new(p)),
-        Err(e) => {
-            tracing::warn!("no shared memory for the pass-through's progress ({e}); a chunk may be lost if the agent is killed");
-            None
-        }
-    };
+    let progress = shared_progress();
     let feeder = Feeder::new(
         plan.clone(),
         queue.clone(),
@@ -95,22 +74,7 @@ pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
         copy(err.as_ref().map(AsRawFd::as_raw_fd)),
         progress.as_ref().and_then(|p| dup_cloexec(p.fd()).ok()),
     );
-    let mut pumps = Vec::new();
-    for (pipe, stream, slot) in [(out.map(OwnedFd::from), Stream::Stdout, 0), (err.map(OwnedFd::from), Stream::Stderr, 1)] {
-        let Some(pipe) = pipe else { continue };
-        let (q, progress) = (queue.clone(), progress.clone());
-        let wire = stream_to_wire(stream) as u8;
-        let sink = move |chunk, ns| q.push(wire, ns, chunk);
-        pumps.push(std::thread::spawn(move || {
-            // Our own stdout (1) or stderr (2), written without buffering.
-            let dst = 1 + slot as RawFd;
-            match progress.as_deref() {
-                Some(p) => relay::relay(pipe, dst, stream, p, relay::Slot(slot), sink),
-                None if slot == 0 => capture::pump(File::from(pipe), std::io::stdout(), stream, sink),
-                None => capture::pump(File::from(pipe), std::io::stderr(), stream, sink),
-            }
-        }));
-    }
+    let pumps = start_pumps([out.map(OwnedFd::from), err.map(OwnedFd::from)], &queue, progress.as_ref());
     let (end_tx, end_rx) = mpsc::channel::<End>();
     let (done_tx, done_rx) = mpsc::channel::<Option<OwnedFd>>();
     std::thread::spawn(move || {
@@ -135,6 +99,63 @@ pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
         wait_delivered(&delivered, deadline);
     }
     exit_code_of(status)
+}
+
+/// Starts the command with its stdout and stderr on pipes and the plan's environment. When it
+/// cannot start, the exit code to leave with: like a shell's (127 not found, 126 not runnable),
+/// or the command's own when the agent's trouble (no pipes, no memory) made it run unwrapped.
+fn spawn_child(plan: &Plan, command: &[std::ffi::OsString]) -> Result<Child, i32> {
+    let child_env = plan.child_env(|k| std::env::var(k).ok(), std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()));
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]).stdin(Stdio::inherit()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.envs(child_env.set.iter().map(|(k, v)| (k, v)));
+    for k in &child_env.remove {
+        cmd.env_remove(k);
+    }
+    match cmd.spawn() {
+        Ok(c) => Ok(c),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied) => {
+            tracing::error!("run {}: {e}", command[0].to_string_lossy());
+            Err(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
+        }
+        Err(e) => {
+            // The agent's own trouble (no pipes, no memory): the command runs without it.
+            tracing::warn!("cannot capture the command's output ({e}); running it unwrapped");
+            Err(run_unwrapped(command))
+        }
+    }
+}
+
+/// What the pass-through wrote and consumed, shared with the shipper (see `relay.rs`).
+fn shared_progress() -> Option<Arc<relay::Progress>> {
+    match relay::Progress::create() {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            tracing::warn!("no shared memory for the pass-through's progress ({e}); a chunk may be lost if the agent is killed");
+            None
+        }
+    }
+}
+
+/// One thread per pipe (stdout, stderr) passing it through to ours and queueing each read.
+fn start_pumps(pipes: [Option<OwnedFd>; 2], queue: &Arc<ChunkQueue>, progress: Option<&Arc<relay::Progress>>) -> Vec<std::thread::JoinHandle<()>> {
+    let mut pumps = Vec::new();
+    for ((pipe, stream), slot) in pipes.into_iter().zip([Stream::Stdout, Stream::Stderr]).zip(0..) {
+        let Some(pipe) = pipe else { continue };
+        let (q, progress) = (queue.clone(), progress.cloned());
+        let wire = stream_to_wire(stream) as u8;
+        let sink = move |chunk, ns| q.push(wire, ns, chunk);
+        pumps.push(std::thread::spawn(move || {
+            // Our own stdout (1) or stderr (2), written without buffering.
+            let dst = 1 + slot as RawFd;
+            match progress.as_deref() {
+                Some(p) => relay::relay(pipe, dst, stream, p, relay::Slot(slot), sink),
+                None if slot == 0 => capture::pump(File::from(pipe), std::io::stdout(), stream, sink),
+                None => capture::pump(File::from(pipe), std::io::stderr(), stream, sink),
+            }
+        }));
+    }
+    pumps
 }
 
 /// The agent's exit code for the child's status: the code, or 128+signal like a shell.
@@ -464,7 +485,7 @@ fn dup_cloexec(fd: RawFd) -> std::io::Result<OwnedFd> {
 }
 
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
+    let mut fds: [libc::c_int; 2] = [0; 2];
     // SAFETY: pipe2 writes two new descriptors into the array, which we then own.
     let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
     if rc != 0 {

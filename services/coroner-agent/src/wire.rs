@@ -7,12 +7,11 @@
 //! encoding a message. The server decodes an ordinary `LogBatch`.
 
 use crate::queue::Line;
-use crate::shipper::stream_key;
+use crate::seq_base::{stream_key, SeqBase};
 use bytes::{BufMut, Bytes, BytesMut};
 use coroner_proto::v1;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
-use std::collections::HashMap;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
@@ -40,12 +39,12 @@ pub struct EncodedBatch {
 }
 
 /// Appends `batch_id` and `lines` as `LogBatch` fields to `out`. With `base`, each line's
-/// number is rebased onto it (`base[key] + seq`); without, the agent's own numbers are written.
+/// number is rebased onto it (its stream's start plus `seq`); without, the agent's own numbers are written.
 pub fn encode_batch(
     batch_id: u64,
     lines: &[Line],
     session_rank: Option<u32>,
-    base: Option<&HashMap<String, u64>>,
+    base: Option<&SeqBase>,
     out: &mut BytesMut,
 ) -> EncodedBatch {
     out.reserve(16 + lines.iter().map(|l| l.raw.len() + 40).sum::<usize>());
@@ -59,7 +58,7 @@ pub fn encode_batch(
         let i = match ranges.iter().position(|(r, _)| r.rank == rank && r.stream == l.stream) {
             Some(i) => i,
             None => {
-                let offset = base.map_or(0, |b| crate::shipper::base_of(b, &stream_key(rank, l.stream)));
+                let offset = base.map_or(0, |b| b.start_of(&stream_key(rank, l.stream)));
                 ranges.push((SeqRange { rank, stream: l.stream, first: offset + l.seq, last: 0 }, offset));
                 ranges.len() - 1
             }
@@ -221,7 +220,7 @@ mod tests {
     #[test]
     fn a_known_base_rebases_the_numbers_once() {
         let lines = vec![line(0, 1, None, b"a", 1), line(1, 1, None, b"b", 2), line(0, 2, None, b"c", 3)];
-        let base: HashMap<String, u64> = [("3/stdout".to_string(), 100)].into();
+        let base = SeqBase::from_session(&[("3/stdout".to_string(), 100)].into(), 0);
         let mut out = BytesMut::new();
         let enc = encode_batch(0, &lines, Some(3), Some(&base), &mut out);
         let decoded = v1::LogBatch::decode(&out[..]).unwrap();

@@ -13,8 +13,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 #[derive(Default, Clone)]
 struct Fake {
-    uploads: Arc<Mutex<Vec<(v1::SnapshotHeader, Vec<u8>)>>>,
+    uploads: Arc<Mutex<Vec<Upload>>>,
 }
+
+/// A snapshot as the fake server received it: its header and its bytes.
+type Upload = (v1::SnapshotHeader, Vec<u8>);
 
 #[tonic::async_trait]
 impl Ingest for Fake {

@@ -157,7 +157,7 @@ fn measure(mut cmd: Command) -> Result<Usage> {
     let _ = drain.join();
     let (hwm, mut shippers) = sampler.join().unwrap_or_default();
     // A shipper still delivering when the supervisor left: follow it to its end.
-    for (pid, e) in shippers.0.iter_mut() {
+    for (pid, e) in &mut shippers.0 {
         while let (Some(cpu), Some(kb)) = (self_cpu_s(*pid as libc::pid_t), vm_hwm_kb(*pid as libc::pid_t)) {
             e.0 = e.0.max(cpu);
             e.1 = e.1.max(kb);

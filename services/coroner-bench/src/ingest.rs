@@ -384,30 +384,9 @@ fn indexed(rank: u32, l: &v1::LogLine) -> IndexedLine {
             .unwrap_or(coroner_model::Stream::File),
         seq: l.seq,
         capture_ns: l.capture_ns,
-        printed_ns: None,
         host: crate::synth::host(rank),
-        kind: "line".to_string(),
-        severity: severity(&l.raw).to_string(),
+        severity: coroner_parse::severity(&l.raw).as_str().to_string(),
         bytes: l.raw.clone(),
-    }
-}
-
-/// A copy of the committer's cheap severity (services/coronerd/src/job.rs), for the same documents.
-fn severity(bytes: &[u8]) -> &'static str {
-    let head = &bytes[..bytes.len().min(160)];
-    let has = |n: &[u8]| memchr::memmem::find(head, n).is_some();
-    if has(b"Error")
-        || has(b"ERROR")
-        || has(b"[E")
-        || has(b"[F")
-        || has(b"Traceback")
-        || has(b"Fatal")
-    {
-        "error"
-    } else if has(b"WARN") || has(b"Warning") || has(b"[W") {
-        "warning"
-    } else {
-        "info"
     }
 }
 

@@ -74,8 +74,8 @@ pub fn run(shape: Shape) -> ReportFigures {
         culprit_ok,
         found,
         evidence_ms,
-        events,
         cpu_ms,
+        events,
     }
 }
 

@@ -61,9 +61,7 @@ pub fn run(lines: u64, queries: usize) -> Result<SearchFigures> {
                 stream: l.stream,
                 seq: l.seq,
                 capture_ns: l.capture_ns,
-                printed_ns: None,
                 host: host.clone(),
-                kind: "line".into(),
                 severity: "info".into(),
                 bytes: l.bytes,
             });

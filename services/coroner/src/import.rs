@@ -34,7 +34,7 @@ impl Sink for Collected {
     fn world_size(&mut self, n: u32) {
         self.world_size = Some(n);
     }
-    fn snapshot(&mut self, summary: SnapshotSummary, bundle_dir: &Path) {
+    fn snapshot(&mut self, summary: SnapshotSummary, _facts: coroner_bundle::SnapshotFacts, bundle_dir: &Path) {
         let path = bundle_dir.join(&summary.name);
         self.snapshots.push((summary, path));
     }

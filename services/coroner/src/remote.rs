@@ -167,9 +167,7 @@ pub async fn watch(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCo
     let mut suspected_before = false;
     while let Some(update) = stream.next().await {
         let r = update.map_err(status_message)?;
-        let now = coroner_model::format_rfc3339_ns(
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0),
-        );
+        let now = coroner_model::format_rfc3339_ns(coroner_model::now_ns());
         let report: serde_json::Value = serde_json::from_str(&r.report_json).unwrap_or_default();
         let live = report.get("live_findings").cloned().unwrap_or_else(|| serde_json::json!([]));
         if json {

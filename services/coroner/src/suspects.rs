@@ -6,15 +6,12 @@ use coroner_model::Suspect;
 use coroner_proto::v1;
 use std::process::ExitCode;
 
-/// `--since`: an RFC 3339 time, or how long ago (`7d`, `24h`, `90m`, `2w`).
+/// `--since`: an RFC 3339 time, or how long ago (`7d`, `24h`, `90m`, `2w`: any duration
+/// `coroner_model::parse_duration` reads).
 pub fn parse_since(s: &str, now_ns: i64) -> anyhow::Result<i64> {
     let t = s.trim();
-    let units = [("w", 7 * 86_400), ("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)];
-    for (unit, secs) in units {
-        if let Some(n) = t.strip_suffix(unit).and_then(|n| n.parse::<u64>().ok()) {
-            let ago = i64::try_from(n.saturating_mul(secs).saturating_mul(1_000_000_000)).unwrap_or(i64::MAX);
-            return Ok(now_ns.saturating_sub(ago));
-        }
+    if let Ok(ago) = coroner_model::parse_duration(t) {
+        return Ok(now_ns.saturating_sub(i64::try_from(ago.as_nanos()).unwrap_or(i64::MAX)));
     }
     parse_time("--since", t).map_err(|_| {
         anyhow::anyhow!("--since {s:?} is neither a time ago (7d, 24h, 90m) nor an RFC 3339 time (2024-05-01T12:00:00Z)")
@@ -22,10 +19,7 @@ pub fn parse_since(s: &str, now_ns: i64) -> anyhow::Result<i64> {
 }
 
 pub async fn run(server: &str, since: Option<&str>, all: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
+    let now = coroner_model::now_ns();
     let since_ns = since.map(|s| parse_since(s, now)).transpose()?;
     let mut client = connect(server).await?;
     let list: Vec<Suspect> = client

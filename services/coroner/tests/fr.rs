@@ -18,7 +18,8 @@ fn coroner(args: &[&str]) -> Value {
 
 /// (fixture, the rank that diverged, the rule on dumps alone, the rule with logs when it differs,
 /// whether the folder holds logs).
-const CASES: &[(&str, Option<u32>, &str, Option<&str>, bool)] = &[
+type Case = (&'static str, Option<u32>, &'static str, Option<&'static str>, bool);
+const CASES: &[Case] = &[
     ("gloo4_extra_r1", Some(1), "call_site", None, true),
     ("gloo4_size_r1", Some(1), "majority_at_seq", None, true),
     ("gloo4_op_r1", Some(1), "majority_at_seq", None, true),

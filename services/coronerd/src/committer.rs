@@ -214,46 +214,8 @@ fn doc<'a>(l: &'a LogLine, host: &'a str) -> LineRef<'a> {
         stream: l.stream,
         seq: l.seq,
         capture_ns: l.capture_ns,
-        printed_ns: None,
         host,
-        kind: "line",
-        severity: severity(&l.bytes),
+        severity: coroner_parse::severity(&l.bytes).as_str(),
         bytes: &l.bytes,
-    }
-}
-
-/// A cheap severity for search filters; the typed events carry the real meaning.
-pub fn severity(bytes: &[u8]) -> &'static str {
-    use memchr::memmem::Finder;
-    use std::sync::LazyLock;
-    // Built once: building a searcher per line costs more than the search.
-    static MARKS: LazyLock<[Vec<Finder<'static>>; 2]> = LazyLock::new(|| {
-        let finders = |marks: &[&'static [u8]]| marks.iter().map(|m| Finder::new(*m)).collect();
-        [finders(&[b"Error", b"ERROR", b"[E", b"[F", b"Traceback", b"Fatal"]), finders(&[b"WARN", b"Warning", b"[W"])]
-    });
-    let head = &bytes[..bytes.len().min(160)];
-    let [error, warning] = &*MARKS;
-    if error.iter().any(|f| f.find(head).is_some()) {
-        "error"
-    } else if warning.iter().any(|f| f.find(head).is_some()) {
-        "warning"
-    } else {
-        "info"
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::severity;
-
-    #[test]
-    fn severity_looks_at_the_head_of_the_line() {
-        assert_eq!(severity(b"[rank0]:[E1130 08:59:11 x.cpp:1] boom"), "error");
-        assert_eq!(severity(b"Traceback (most recent call last):"), "error");
-        assert_eq!(severity(b"UserWarning: something"), "warning");
-        assert_eq!(severity(b"step 10 loss 1.0"), "info");
-        let mut late = vec![b'x'; 200];
-        late.extend_from_slice(b"Error");
-        assert_eq!(severity(&late), "info");
     }
 }

@@ -32,13 +32,13 @@ pub struct Config {
     pub snapshot_cap_bytes: u64,
     /// Delete jobs (index, sessions, report) last seen longer ago than this: `30d`, `12h`, `90m`,
     /// `45s`; `0` keeps them forever. Failure signatures outlive their jobs (`coroner suspects`).
-    #[arg(long, env = "CORONER_RETENTION", default_value = "0", value_parser = crate::retention::parse_duration)]
+    #[arg(long, env = "CORONER_RETENTION", default_value = "0", value_parser = coroner_model::parse_duration)]
     pub retention: std::time::Duration,
     /// Suspect a hang when a rank is silent for this many of its median step times...
     #[arg(long, env = "CORONER_HANG_STEP_MULTIPLE", default_value_t = 10.0)]
     pub hang_step_multiple: f64,
-    /// ...and never before this many seconds of silence.
-    #[arg(long, env = "CORONER_HANG_FLOOR", default_value = "5", value_parser = parse_seconds)]
+    /// ...and never before this much silence (`5s`, `1m`; a bare number is seconds).
+    #[arg(long, env = "CORONER_HANG_FLOOR", default_value = "5s", value_parser = coroner_model::parse_duration)]
     pub hang_floor: std::time::Duration,
     /// This instance's id among several sharing one PostgreSQL [default: `<host name>/<bound gRPC
     /// address>`: a restart on the same host and port is the same instance and takes its jobs
@@ -53,8 +53,9 @@ pub struct Config {
     #[arg(long, env = "CORONER_ADVERTISE_HTTP")]
     pub advertise_http: Option<String>,
     /// How long a job's ownership lasts without renewal (renewed every third of it): the time
-    /// another instance waits before taking over the jobs of one that died.
-    #[arg(long, env = "CORONER_LEASE_TTL", default_value = "10", value_parser = parse_seconds)]
+    /// another instance waits before taking over the jobs of one that died (`10s`; a bare number
+    /// is seconds).
+    #[arg(long, env = "CORONER_LEASE_TTL", default_value = "10s", value_parser = coroner_model::parse_duration)]
     pub lease_ttl: std::time::Duration,
     /// The token agents, imports and OTLP senders must present (`authorization: Bearer <token>`)
     /// to write [default: none; required when binding beyond loopback].
@@ -121,11 +122,6 @@ fn check_token_file_mode(what: &str, f: &std::path::Path) -> anyhow::Result<()> 
         f.display()
     );
     Ok(())
-}
-
-pub(crate) fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
-    let v: f64 = s.parse().map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
-    std::time::Duration::try_from_secs_f64(v).map_err(|e| format!("{s:?} is not a usable number of seconds: {e}"))
 }
 
 impl Config {

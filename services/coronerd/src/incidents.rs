@@ -4,7 +4,7 @@
 //! `history`); this module reads and writes the history in the store.
 
 use coroner_analysis::{history, signature};
-use coroner_model::{HostCount, JobId, Report, Suspect, Verdict};
+use coroner_model::{now_ns, HostCount, JobId, Report, Suspect, Verdict};
 use coroner_pipeline::JobPipeline;
 use coroner_store::{Metastore, SignatureFilter, StoreError};
 use std::collections::BTreeMap;
@@ -12,13 +12,6 @@ use std::sync::{Arc, Mutex};
 
 /// How many earlier signatures of the class a report is compared with.
 const HISTORY_LIMIT: u32 = 5_000;
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 /// Per job, what was last written to the history, so that a report that did not change the
 /// failure does not rewrite it (the reporter runs after every batch of evidence).

@@ -64,12 +64,7 @@ fn lookup(sessions: &Mutex<HashMap<String, Session>>, id: &str) -> Option<Sessio
     sessions.lock().ok().and_then(|s| s.get(id).cloned())
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
+use coroner_model::now_ns;
 
 type AckStream = Pin<Box<dyn Stream<Item = Result<v1::BatchAck, Status>> + Send>>;
 

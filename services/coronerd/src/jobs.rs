@@ -214,21 +214,7 @@ impl Jobs {
         .await
         .unwrap_or_default();
         for (s, facts) in read {
-            if let Some(rank) = s.rank {
-                pipeline.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
-                if let Some(dump) = facts.fr_dump {
-                    pipeline.add_fr_dump(rank, dump);
-                }
-            }
-            pipeline.add_hardware_lines(s.rank, facts.hardware);
-            pipeline.add_snapshot(SnapshotSummary {
-                rank: s.rank,
-                kind: s.kind,
-                name: s.name,
-                size: s.size,
-                sha256: s.sha256,
-                highlights: facts.highlights,
-            });
+            pipeline.add_snapshot_facts(SnapshotSummary { rank: s.rank, kind: s.kind, name: s.name, size: s.size, sha256: s.sha256, highlights: Vec::new() }, facts);
         }
         let (pipeline, positions, index_lines) = tokio::task::spawn_blocking(move || {
             let mut pipeline = pipeline;

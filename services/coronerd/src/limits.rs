@@ -109,7 +109,7 @@ pub struct LimitsConfig {
     #[arg(long, env = "CORONER_MAX_QUERY_CLAUSES", default_value_t = 64)]
     pub max_query_clauses: usize,
     /// Seconds one search may run (less when the client's deadline is nearer).
-    #[arg(long, env = "CORONER_MAX_QUERY_TIME", default_value = "10", value_parser = crate::config::parse_seconds)]
+    #[arg(long, env = "CORONER_MAX_QUERY_TIME", default_value = "10", value_parser = coroner_model::parse_duration)]
     pub max_query_time: Duration,
     /// Matching lines one search may visit.
     #[arg(long, env = "CORONER_MAX_QUERY_LINES", default_value_t = 50_000_000)]
@@ -147,7 +147,7 @@ pub struct LimitsConfig {
     #[arg(long, env = "CORONER_MAX_PARTIAL_MB", default_value_t = 4096)]
     pub max_partial_mb: u64,
     /// How long an unfinished upload is kept for its agent to resume it.
-    #[arg(long, env = "CORONER_PARTIAL_TTL", default_value = "1h", value_parser = crate::retention::parse_duration)]
+    #[arg(long, env = "CORONER_PARTIAL_TTL", default_value = "1h", value_parser = coroner_model::parse_duration)]
     pub partial_ttl: Duration,
 
     // --- ingest ---
@@ -158,10 +158,10 @@ pub struct LimitsConfig {
     #[arg(long, env = "CORONER_INGEST_JOB_SHARE", default_value_t = 2)]
     pub ingest_job_share: u64,
     /// Seconds a log stream may send nothing, or leave its acknowledgements unread, before it is closed.
-    #[arg(long, env = "CORONER_INGEST_IDLE_TIMEOUT", default_value = "300", value_parser = crate::config::parse_seconds)]
+    #[arg(long, env = "CORONER_INGEST_IDLE_TIMEOUT", default_value = "300", value_parser = coroner_model::parse_duration)]
     pub ingest_idle_timeout: Duration,
     /// Seconds an HTTP client may take to send its request headers.
-    #[arg(long, env = "CORONER_HTTP_HEADER_TIMEOUT", default_value = "10", value_parser = crate::config::parse_seconds)]
+    #[arg(long, env = "CORONER_HTTP_HEADER_TIMEOUT", default_value = "10", value_parser = coroner_model::parse_duration)]
     pub http_header_timeout: Duration,
 }
 

@@ -40,9 +40,7 @@ pub fn start(job: &Arc<Job>) {
     tokio::spawn(ticker(Arc::downgrade(job)));
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
-}
+use coroner_model::now_ns;
 
 /// How far behind the server's clock the lines arrive (agent batching, commit, clock skew): the
 /// age of the newest line each time a newer one has arrived, the median over [`LAG_WINDOW`].

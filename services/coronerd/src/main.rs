@@ -47,9 +47,8 @@ async fn serve() -> std::process::ExitCode {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return std::future::pending().await;
     };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

@@ -15,7 +15,7 @@
 
 use crate::jobs::Jobs;
 use crate::error::ServiceError;
-use coroner_model::{JobId, LogLine, Rank, Stream};
+use coroner_model::{now_ns, JobId, LogLine, Rank, Stream};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     logs_service_server::LogsService, ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -178,10 +178,6 @@ impl OtlpLogs {
 
 fn metrics_of(jobs: &Jobs) -> &crate::metrics::Metrics {
     &jobs.metrics
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 #[tonic::async_trait]

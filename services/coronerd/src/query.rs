@@ -269,7 +269,7 @@ impl Query for QueryService {
         // --max-jobs like any other (a read token cannot open unbounded jobs).
         if self.jobs.store.get_job(&id).await.map_err(ServiceError::from)?.is_none() {
             self.jobs.admit_new(&id).await?;
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+            let now = coroner_model::now_ns();
             self.jobs.store.touch_job(&id, None, now).await.map_err(ServiceError::from)?;
         }
         let job = self.jobs.get(&id, true).await?;

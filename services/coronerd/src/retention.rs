@@ -13,22 +13,6 @@ use tokio_util::sync::CancellationToken;
 /// The longest wait between two sweeps.
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// A duration as `30d`, `2w`, `12h`, `90m`, `45s` or a plain number of seconds; `0` is none.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len()));
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration: use 30d, 12h, 90m, 45s or 0"))?;
-    let secs = match unit.trim() {
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86_400.0,
-        "w" => 7.0 * 86_400.0,
-        other => return Err(format!("{s:?}: unknown unit {other:?}; use s, m, h, d or w")),
-    };
-    Duration::try_from_secs_f64(v * secs).map_err(|e| format!("{s:?} is not a usable duration: {e}"))
-}
-
 /// Sweeps now and then every so often until shutdown: expired partial uploads always, expired
 /// jobs and the snapshot contents they leave unnamed when `retention` is not zero.
 pub fn spawn(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, retention: Duration, shutdown: CancellationToken) {
@@ -80,32 +64,11 @@ pub async fn collect_snapshots(jobs: &Jobs, snapshots: &Arc<SnapshotStore>) -> R
 
 /// Deletes the jobs last seen before now minus `retention`; returns how many.
 pub async fn sweep(jobs: &Jobs, retention: Duration) -> Result<usize, crate::error::ServiceError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
+    let now = coroner_model::now_ns();
     let cutoff = now.saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
     let gone = jobs.store.expire_jobs(cutoff).await?;
     for id in &gone {
         jobs.forget(id).await?;
     }
     Ok(gone.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_read_like_people_write_them() {
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
-        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(43_200)));
-        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("10y").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("soon").unwrap_err().contains("not a duration"));
-    }
 }

@@ -51,7 +51,7 @@ pub fn scan(pg: &PgId, group: &Group<'_>) -> Scan {
     let mut out = Scan::default();
     let seqs: std::collections::BTreeSet<u64> = group.lanes.values().flat_map(|l| l.units.keys().copied()).collect();
     for seq in seqs {
-        let covering: Vec<(&Rank, &Lane)> = group.lanes.iter().filter(|(_, l)| l.covers(seq)).collect();
+        let covering: Vec<(&Rank, &Lane<'_>)> = group.lanes.iter().filter(|(_, l)| l.covers(seq)).collect();
         let mut by_what: Classes = BTreeMap::new();
         for (rank, lane) in &covering {
             let key = lane.units.get(&seq).map(|u| u.what.clone());
@@ -210,11 +210,11 @@ fn decide_here(pg: &PgId, group: &Group<'_>, seq: u64, classes: &Classes, differ
 
 /// What differs between the classes: the op, else the sizes, else the dtypes.
 fn differs(group: &Group<'_>, seq: u64, classes: &Classes) -> &'static str {
-    let units: Vec<&Unit> = classes.values().filter_map(|v| v.first()).filter_map(|r| group.lanes.get(r)?.units.get(&seq)).collect();
+    let units: Vec<&Unit<'_>> = classes.values().filter_map(|v| v.first()).filter_map(|r| group.lanes.get(r)?.units.get(&seq)).collect();
     if units.len() < 2 {
         return "never issued";
     }
-    let all = |f: &dyn Fn(&Unit) -> String| units.iter().all(|u| f(u) == f(units[0]));
+    let all = |f: &dyn Fn(&Unit<'_>) -> String| units.iter().all(|u| f(u) == f(units[0]));
     if !all(&|u| u.op()) {
         "op"
     } else if !all(&|u| u.ops.iter().map(|o| format!("{:?}{:?}", o.input_sizes, o.output_sizes)).collect()) {

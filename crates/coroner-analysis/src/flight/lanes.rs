@@ -110,13 +110,13 @@ pub fn build<'a>(dumps: &BTreeMap<Rank, &'a FrDump>, world: Option<u32>) -> BTre
             lane.hi = lane.hi.max(seq);
             lane.units.insert(seq, unit(dump, ops));
         }
-        for (pg, group) in groups.iter_mut() {
+        for (pg, group) in &mut groups {
             if let (Some(lane), Some(b)) = (group.lanes.get_mut(rank), &blocked) {
                 lane.blocked_in = (b.0 != *pg).then(|| b.clone());
             }
         }
     }
-    for (pg, group) in groups.iter_mut() {
+    for (pg, group) in &mut groups {
         if pg.0 == "0" || group.desc == "default_pg" {
             group.members.extend((0..world.unwrap_or(0)).map(Rank));
         }

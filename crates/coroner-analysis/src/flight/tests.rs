@@ -204,7 +204,7 @@ fn dumps_taken_at_different_moments_are_not_a_divergence() {
 #[test]
 fn coalesced_operations_are_one_unit() {
     let mut dumps = four(1, &[USUAL], &[USUAL]);
-    for (r, d) in dumps.iter_mut() {
+    for (r, d) in &mut dumps {
         let mut second = d.ops.last().unwrap().clone();
         second.input_sizes = vec![vec![if *r == Rank(1) { 64 } else { 128 }]];
         d.ops.push(second);

@@ -19,7 +19,7 @@ fn steady(world: u32, start: Nanos, period: Nanos, steps: u64) -> Script {
     for r in 0..world {
         s.push((0, r, format!("INFO [rank{r}] init_process_group backend=nccl world={world}")));
         for n in 0..steps {
-            s.push((start + n as Nanos * period + r as Nanos * MS / 10, r, step_line(r, n)));
+            s.push((start + n as Nanos * period + Nanos::from(r) * MS / 10, r, step_line(r, n)));
         }
     }
     s
@@ -125,7 +125,7 @@ fn a_slow_first_step_and_different_print_rates_raise_nothing() {
 fn a_rank_that_comes_back_is_no_longer_suspected() {
     let mut s = steady(3, 5 * S, S, 40);
     // Rank 1 pauses for 15 s after step 9 (steps 10..=24 come late, all at once at 29.5 s).
-    for (t, r, text) in s.iter_mut() {
+    for (t, r, text) in &mut s {
         if *r == 1 && *t > 14 * S + S / 2 && *t < 30 * S {
             *t = 29 * S + S / 2;
             let _ = text;
@@ -149,7 +149,7 @@ fn a_pause_seen_before_after_the_same_line_is_not_a_hang() {
     for round in 0..2 {
         for _ in 0..20 {
             for r in 0..4 {
-                s.push((t + r as Nanos * MS, r, step_line(r, n)));
+                s.push((t + Nanos::from(r) * MS, r, step_line(r, n)));
             }
             n += 1;
             t += S;
@@ -158,7 +158,7 @@ fn a_pause_seen_before_after_the_same_line_is_not_a_hang() {
         t += 30 * S;
     }
     for r in 0..4 {
-        s.push((t + r as Nanos * MS, r, step_line(r, n)));
+        s.push((t + Nanos::from(r) * MS, r, step_line(r, n)));
     }
     let end = t;
     let (first, _) = replay(s, LiveConfig::default(), end);
@@ -208,7 +208,7 @@ fn a_numbered_start_up_burst_is_not_the_progress_template() {
     let mut s = Vec::new();
     for r in 0..2u32 {
         for c in 0..24 {
-            s.push((S + c as Nanos * 10_000, r, format!("vm:1141:1141 [{r}] NCCL INFO Channel {c:02}/24 : 0 1")));
+            s.push((S + Nanos::from(c) * 10_000, r, format!("vm:1141:1141 [{r}] NCCL INFO Channel {c:02}/24 : 0 1")));
         }
     }
     s.extend(steady(2, 3 * S, S, 6).into_iter().filter(|(t, _, _)| *t > 0));
@@ -239,7 +239,7 @@ fn one_rank_of_two_thousand_stuck_apart_is_found() {
     let mut m = LiveMonitor::new(LiveConfig::default());
     for step in 0..6u64 {
         for r in 0..2048u32 {
-            m.push_line(Rank(r), (10 + step as Nanos) * S + r as Nanos * 1000, &step_line(r, step));
+            m.push_line(Rank(r), (10 + step as Nanos) * S + Nanos::from(r) * 1000, &step_line(r, step));
         }
     }
     m.push_line(Rank(1234), 15 * S + 500 * MS, "INFO [rank1234] train: waiting for next batch from data loader");

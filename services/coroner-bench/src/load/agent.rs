@@ -9,6 +9,7 @@
 
 use super::lines::line;
 use anyhow::{anyhow, bail, Context, Result};
+use coroner_model::now_ns;
 use coroner_proto::v1;
 use coroner_proto::v1::ingest_client::IngestClient;
 use std::collections::VecDeque;
@@ -225,6 +226,3 @@ fn available(plan: &Plan, started: Instant) -> u64 {
     ((started.elapsed().as_secs_f64() * plan.rate) as u64).min(plan.lines)
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
-}

@@ -36,30 +36,30 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1000)]
     pub batch_lines: usize,
     /// Kill the server with SIGKILL when these fractions of all lines are acknowledged, and start
-    /// it again in place after --down seconds.
+    /// it again in place after --down.
     #[arg(long, value_delimiter = ',')]
     pub kill_at: Vec<f64>,
-    /// Seconds the killed server stays down.
-    #[arg(long, default_value_t = 1.0)]
-    pub down: f64,
+    /// How long the killed server stays down (`1s`, `500ms`; a bare number is seconds).
+    #[arg(long, default_value = "1s", value_parser = coroner_model::parse_duration)]
+    pub down: Duration,
     /// Agents whose network is cut (packets vanish; nothing is closed) once, at --cut-at.
     #[arg(long, default_value_t = 0)]
     pub cut: u32,
     #[arg(long, default_value_t = 0.5)]
     pub cut_at: f64,
-    /// Seconds the cut lasts; then every connection it held is reset. Longer than about 25 s,
+    /// How long the cut lasts; then every connection it held is reset. Longer than about 25 s,
     /// the agents' keepalive notices the silence first.
-    #[arg(long, default_value_t = 5.0)]
-    pub cut_for: f64,
+    #[arg(long, default_value = "5s", value_parser = coroner_model::parse_duration)]
+    pub cut_for: Duration,
     /// The server binary [default: coronerd beside this one, or $CORONERD].
     #[arg(long)]
     pub coronerd: Option<std::path::PathBuf>,
     /// Use this PostgreSQL database instead of the embedded SQLite.
     #[arg(long)]
     pub database_url: Option<String>,
-    /// Give up (and report what was lost) after this many seconds.
-    #[arg(long, default_value_t = 600.0)]
-    pub timeout: f64,
+    /// Give up (and report what was lost) after this long.
+    #[arg(long, default_value = "10m", value_parser = coroner_model::parse_duration)]
+    pub timeout: Duration,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -151,12 +151,12 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         eprintln!("coroner-bench load: coronerd at {} (HTTP {}), its log in {}", server.grpc, server.http, tmp.path().join("coronerd.log").display());
     }
 
-    let job = format!("load-{}", std::process::id() as u64 * 1000 + (chrono_like_ms() % 1000));
+    let job = format!("load-{}", u64::from(std::process::id()) * 1000 + (coroner_model::now_ns() / 1_000_000 % 1000).unsigned_abs());
     let total = u64::from(args.agents) * args.lines;
     let acked_total = Arc::new(AtomicU64::new(0));
     let partition = if args.cut > 0 { Some(partition::Partition::start(server.grpc).await.context("start the partition relay")?) } else { None };
-    let give_up = Instant::now() + Duration::from_secs_f64(args.timeout);
-    let cut_every = if args.cut > 0 { (args.agents / args.cut).max(1) } else { u32::MAX };
+    let give_up = Instant::now() + args.timeout;
+    let cut_every = args.agents.checked_div(args.cut).map_or(u32::MAX, |n| n.max(1));
     let mut tasks = Vec::new();
     let mut cut_agents = 0;
     for rank in 0..args.agents {
@@ -190,7 +190,7 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         if kills.peek().is_some_and(|&f| done >= f) {
             kills.next();
             server.kill9()?;
-            tokio::time::sleep(Duration::from_secs_f64(args.down)).await;
+            tokio::time::sleep(args.down).await;
             match server.start().await {
                 Ok(took) => restart_s.push(round(took.as_secs_f64())),
                 Err(e) => {
@@ -202,7 +202,7 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         if cut_pending && done >= args.cut_at {
             cut_pending = false;
             let p = partition.clone().expect("a partition when cutting");
-            let heal_after = Duration::from_secs_f64(args.cut_for);
+            let heal_after = args.cut_for;
             p.cut();
             tokio::spawn(async move {
                 tokio::time::sleep(heal_after).await;
@@ -232,7 +232,7 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
             return 0.0;
         }
         let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        round(latencies[i] as f64 / 1000.0)
+        round(f64::from(latencies[i]) / 1000.0)
     };
     let first = tallies.iter().filter_map(|t| t.first_send).min();
     let last = tallies.iter().filter_map(|t| t.last_ack).max();
@@ -280,10 +280,6 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         server_rss_end_mb: round(rss_end),
         problems,
     })
-}
-
-fn chrono_like_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 fn round(x: f64) -> f64 {

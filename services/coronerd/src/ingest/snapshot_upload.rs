@@ -46,21 +46,8 @@ impl IngestService {
         .await
         .unwrap_or_default();
         session.job.update(|p| {
-            if let Some(rank) = record.rank {
-                p.add_fr_progress(rank, facts.fr_progress.into_iter().map(|f| (f.pg, f.last_enqueued, f.last_started, f.last_completed)));
-                if let Some(dump) = facts.fr_dump {
-                    p.add_fr_dump(rank, dump);
-                }
-            }
-            p.add_hardware_lines(record.rank, facts.hardware);
-            p.add_snapshot(SnapshotSummary {
-                rank: record.rank,
-                kind: record.kind.clone(),
-                name: record.name.clone(),
-                size: record.size,
-                sha256: record.sha256.clone(),
-                highlights: facts.highlights,
-            })
+            let summary = SnapshotSummary { rank: record.rank, kind: record.kind.clone(), name: record.name.clone(), size: record.size, sha256: record.sha256.clone(), highlights: Vec::new() };
+            p.add_snapshot_facts(summary, facts);
         });
         Ok(true)
     }

@@ -118,7 +118,6 @@ pub async fn search(jobs: &Jobs, searches: &Searches, job: &Arc<Job>, p: SearchP
         host: nonempty(p.host),
         stream,
         severity: nonempty(p.severity),
-        kind: None,
         capture_windows,
         order_offsets: Some(clocks.iter().map(|(k, (o, _))| (*k, *o)).collect()),
         only_lines,

@@ -41,7 +41,7 @@ impl Sink for Lines {
     fn world_size(&mut self, n: u32) {
         self.world = Some(n);
     }
-    fn snapshot(&mut self, _summary: SnapshotSummary, _dir: &Path) {}
+    fn snapshot(&mut self, _summary: SnapshotSummary, _facts: coroner_bundle::SnapshotFacts, _dir: &Path) {}
     fn note(&mut self, _note: String) {}
     fn finished(&mut self) {}
 }
