@@ -83,8 +83,9 @@ fn nccl_severity(head: &[u8]) -> Option<Severity> {
     }
 }
 
-/// `E`, `W` or `F` followed by four digits (glog's month and day) at the start of the line, once
-/// `[...]:` prefixes and a `[` are skipped.
+/// `E`, `W` or `F` followed by the month and day at the start of the line (four digits in glog,
+/// three in PyTorch's own C++ header for January to September: `[E421 02:05:38 ...`), then a
+/// space, once `[...]:` prefixes and a `[` are skipped.
 fn glog_severity(head: &[u8]) -> Option<Severity> {
     let mut rest = head;
     while rest.first() == Some(&b'[') {
@@ -97,11 +98,17 @@ fn glog_severity(head: &[u8]) -> Option<Severity> {
         }
     }
     match rest {
-        [level @ (b'E' | b'W' | b'F'), d @ ..] if d.len() >= 4 && d[..4].iter().all(u8::is_ascii_digit) => {
+        [level @ (b'E' | b'W' | b'F'), date @ ..] if is_month_day(date) => {
             Some(if *level == b'W' { Severity::Warning } else { Severity::Error })
         }
         _ => None,
     }
+}
+
+/// Three or four digits then a space: `1130 ` or `421 `.
+fn is_month_day(date: &[u8]) -> bool {
+    let digits = date.iter().take_while(|c| c.is_ascii_digit()).count();
+    matches!(digits, 3 | 4) && date.get(digits) == Some(&b' ')
 }
 
 #[cfg(test)]
@@ -115,6 +122,7 @@ mod tests {
             "2026-11-30 08:58:51,398 ERROR [rank0] train: bad",
             "E1130 08:59:11.123456 1234 ProcessGroupNCCL.cpp:1] Watchdog caught collective operation timeout",
             "[rank0]:[E1130 08:59:11 x.cpp:1] boom",
+            "[rank4]:[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed",
             "F1130 08:59:11.1 x.cpp:1] check failed",
             "Traceback (most recent call last):",
             "RuntimeError: CUDA error: an illegal memory access was encountered",
