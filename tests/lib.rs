@@ -42,11 +42,7 @@ pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
     let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is not built; run `cargo build --bins` (or `cargo test --workspace`) first",
-        path.display()
-    );
+    assert!(path.exists(), "{} is not built; run `cargo build --bins` (or `cargo test --workspace`) first", path.display());
     path
 }
 
@@ -110,11 +106,7 @@ impl Collected {
 /// The (verdict, culprit, class) a report states, in the answer key's terms.
 pub fn headline(report: &coroner_model::Report) -> (String, Option<u32>, String) {
     let f = report.first_failure.as_ref();
-    (
-        report.verdict.as_str().to_string(),
-        f.and_then(|f| f.rank.map(|r| r.0)),
-        f.map(|f| f.class.as_str().to_string()).unwrap_or_else(|| "none".to_string()),
-    )
+    (report.verdict.as_str().to_string(), f.and_then(|f| f.rank.map(|r| r.0)), f.map(|f| f.class.as_str().to_string()).unwrap_or_else(|| "none".to_string()))
 }
 
 pub type Shifts = BTreeMap<Option<Rank>, i64>;

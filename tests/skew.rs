@@ -7,10 +7,8 @@ use coroner_model::LogLine;
 use regex::bytes::{Captures, Regex};
 use std::sync::LazyLock;
 
-static PY_LOGGING: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}),(\d{3})").expect("regex"));
-static GLOG: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"([IWEF])(\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d+)").expect("regex"));
+static PY_LOGGING: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}),(\d{3})").expect("regex"));
+static GLOG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"([IWEF])(\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d+)").expect("regex"));
 
 fn num(c: &Captures<'_>, i: usize) -> u32 {
     std::str::from_utf8(&c[i]).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
@@ -21,8 +19,8 @@ pub fn shift_line(line: &mut LogLine, shift_ns: i64) {
     line.capture_ns += shift_ns;
     let d = Duration::nanoseconds(shift_ns);
     let text = PY_LOGGING.replace_all(&line.bytes, |c: &Captures<'_>| {
-        let t = NaiveDate::from_ymd_opt(num(c, 1) as i32, num(c, 2), num(c, 3))
-            .and_then(|date| date.and_hms_milli_opt(num(c, 4), num(c, 5), num(c, 6), num(c, 7)));
+        let t =
+            NaiveDate::from_ymd_opt(num(c, 1) as i32, num(c, 2), num(c, 3)).and_then(|date| date.and_hms_milli_opt(num(c, 4), num(c, 5), num(c, 6), num(c, 7)));
         match t {
             Some(t) => (t + d).format("%Y-%m-%d %H:%M:%S,%3f").to_string().into_bytes(),
             None => c[0].to_vec(),
@@ -90,10 +88,7 @@ mod tests {
             bytes: b"[rank0]:[E1130 23:59:59.900000000 X.cpp:1] a; 2026-11-30 23:59:59,900 INFO b".to_vec(),
         };
         shift_line(&mut l, 200_000_000);
-        assert_eq!(
-            String::from_utf8_lossy(&l.bytes),
-            "[rank0]:[E1201 00:00:00.100000000 X.cpp:1] a; 2026-12-01 00:00:00,100 INFO b"
-        );
+        assert_eq!(String::from_utf8_lossy(&l.bytes), "[rank0]:[E1201 00:00:00.100000000 X.cpp:1] a; 2026-12-01 00:00:00,100 INFO b");
         assert_eq!(l.capture_ns, 200_000_000);
     }
 }

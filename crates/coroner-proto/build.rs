@@ -11,9 +11,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptor_path = out.join("coroner_v1_descriptor.bin");
     std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&descriptors))?;
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .compile_fds(descriptors)?;
+    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(descriptors)?;
     Ok(())
 }

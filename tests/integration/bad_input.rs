@@ -80,11 +80,7 @@ fn binary_junk_huge_lines_and_invalid_utf8_are_survived() {
         "2026-11-30 08:58:51,398 INFO [rank1] train: step 1 loss 1.0\nTraceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n    f()\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n",
     )
     .expect("write");
-    let out = Command::new(binary("coroner"))
-        .args(["analyze", "--json"])
-        .arg(dir.path())
-        .output()
-        .expect("run coroner");
+    let out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(dir.path()).output().expect("run coroner");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("core.bin") && err.contains("not a text log"), "{err}");

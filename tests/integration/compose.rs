@@ -20,15 +20,10 @@ fn declared(path: &str) -> BTreeSet<String> {
 #[test]
 fn the_compose_file_names_only_variables_coroner_reads() {
     let compose = std::fs::read_to_string(repo().join("docker-compose.yml")).expect("docker-compose.yml");
-    let known: BTreeSet<String> = ["services/coronerd/src/config.rs", "services/coroner-agent/src/main.rs", "services/coroner/src/main.rs"]
-        .iter()
-        .flat_map(|p| declared(p))
-        .collect();
+    let known: BTreeSet<String> =
+        ["services/coronerd/src/config.rs", "services/coroner-agent/src/main.rs", "services/coroner/src/main.rs"].iter().flat_map(|p| declared(p)).collect();
     assert!(known.contains("CORONER_LEASE_TTL"), "the scan finds coronerd's variables: {known:?}");
-    let used: BTreeSet<&str> = compose
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("CORONER_"))
-        .collect();
+    let used: BTreeSet<&str> = compose.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("CORONER_")).collect();
     assert!(used.len() >= 5, "the compose file configures coroner: {used:?}");
     for v in used {
         assert!(known.contains(v), "docker-compose.yml sets {v}, which nothing reads");

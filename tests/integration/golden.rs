@@ -10,11 +10,7 @@ fn coroner_analyze_names_the_culprit_of_every_corpus_bundle() {
     assert!(bundles.len() >= 13, "the corpus fixtures are missing");
     let mut wrong = Vec::new();
     for bundle in &bundles {
-        let out = Command::new(binary("coroner"))
-            .args(["analyze", "--json"])
-            .arg(bundle)
-            .output()
-            .expect("run coroner analyze");
+        let out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(bundle).output().expect("run coroner analyze");
         assert!(out.status.success(), "{}: {}", bundle.display(), String::from_utf8_lossy(&out.stderr));
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
         let first = &report["first_failure"];
@@ -61,12 +57,7 @@ fn reports_are_deterministic() {
     for bundle in corpus_bundles() {
         let a = coroner_tests::Collected::load(&bundle).report("j");
         let b = coroner_tests::Collected::load(&bundle).report("j");
-        assert_eq!(
-            serde_json::to_string(&a).expect("json"),
-            serde_json::to_string(&b).expect("json"),
-            "{}",
-            bundle.display()
-        );
+        assert_eq!(serde_json::to_string(&a).expect("json"), serde_json::to_string(&b).expect("json"), "{}", bundle.display());
     }
 }
 

@@ -26,8 +26,7 @@ type Lines = Vec<(Rank, Nanos, String)>;
 /// A bundle's lines as (rank, capture time, text), and each rank's last capture time.
 fn lines_of(bundle: &Path) -> (Lines, Vec<(Rank, Nanos)>) {
     let c = Collected::load(bundle);
-    let lines: Vec<(Rank, Nanos, String)> =
-        c.lines.iter().filter_map(|l| Some((l.rank?, l.capture_ns, l.text().into_owned()))).collect();
+    let lines: Vec<(Rank, Nanos, String)> = c.lines.iter().filter_map(|l| Some((l.rank?, l.capture_ns, l.text().into_owned()))).collect();
     let mut last: Vec<(Rank, Nanos)> = Vec::new();
     for (r, t, _) in &lines {
         match last.iter_mut().find(|(x, _)| x == r) {
@@ -119,11 +118,8 @@ const SPEED: f64 = 2.0;
 fn start(bundle: &str, grpc: &str, spool: &Path, tools: &Path, started: Instant) -> LiveJob {
     let path = data_dir().join("corpus").join(bundle);
     let c = Collected::load(&path);
-    let lines: Vec<(Rank, Nanos, String, bool)> = c
-        .lines
-        .iter()
-        .filter_map(|l| Some((l.rank?, l.capture_ns, l.text().into_owned(), l.stream == coroner_model::Stream::Stderr)))
-        .collect();
+    let lines: Vec<(Rank, Nanos, String, bool)> =
+        c.lines.iter().filter_map(|l| Some((l.rank?, l.capture_ns, l.text().into_owned(), l.stream == coroner_model::Stream::Stderr))).collect();
     let t0 = lines.iter().map(|l| l.1).min().expect("lines");
     let world = c.world_size.expect("world size");
     let job = format!("live-{bundle}");
@@ -185,7 +181,8 @@ fn path_with(dir: &Path) -> std::ffi::OsString {
 fn fake_py_spy(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join("py-spy");
-    let script = "#!/bin/sh\necho \"Process $3: python worker.py\"\necho 'Thread 0x7F28588CB140 (idle): \"MainThread\"'\necho '    main (/opt/job/worker.py:88)'\n";
+    let script =
+        "#!/bin/sh\necho \"Process $3: python worker.py\"\necho 'Thread 0x7F28588CB140 (idle): \"MainThread\"'\necho '    main (/opt/job/worker.py:88)'\n";
     std::fs::write(&path, script).expect("write py-spy");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod py-spy");
 }
@@ -253,10 +250,8 @@ fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog()
     let tools = tempfile::tempdir().expect("tempdir");
     fake_py_spy(tools.path());
     let started = Instant::now();
-    let jobs: Vec<LiveJob> = ["nccl2_hang_r1", "gloo8_hang_r5", "nccl2_ok", "gloo4_slow_r2"]
-        .iter()
-        .map(|b| start(b, &url, spool.path(), tools.path(), started))
-        .collect();
+    let jobs: Vec<LiveJob> =
+        ["nccl2_hang_r1", "gloo8_hang_r5", "nccl2_ok", "gloo4_slow_r2"].iter().map(|b| start(b, &url, spool.path(), tools.path(), started)).collect();
     let mut failures = Vec::new();
     for mut j in jobs {
         let mut seen: Vec<(Duration, Vec<u64>)> = Vec::new();

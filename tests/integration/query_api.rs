@@ -13,7 +13,7 @@ use tokio_stream::StreamExt;
 fn health_and_reflection_answer() {
     let served = Served::start();
     runtime().block_on(async {
-        use tonic_health::pb::{health_client::HealthClient, health_check_response::ServingStatus, HealthCheckRequest};
+        use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
         let channel = tonic::transport::Channel::from_shared(served.grpc_url.clone()).expect("url").connect().await.expect("connect");
         let mut health = HealthClient::new(channel.clone());
         for service in ["", "coroner.v1.Query", "coroner.v1.Ingest"] {
@@ -22,8 +22,8 @@ fn health_and_reflection_answer() {
         }
 
         use tonic_reflection::pb::v1::{
-            server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest,
-            server_reflection_response::MessageResponse, ServerReflectionRequest,
+            server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+            ServerReflectionRequest,
         };
         let mut reflection = ServerReflectionClient::new(channel);
         let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
@@ -85,7 +85,8 @@ fn search_filters_pages_and_counts_on_the_aligned_clock() {
         // rank's clock uncertainty.
         let failure = report["first_failure"]["time"].as_str().expect("failure time");
         let failure_ns = chrono::DateTime::parse_from_rfc3339(failure).expect("rfc3339").timestamp_nanos_opt().expect("ns");
-        let slack: i64 = report["ranks"].as_array().expect("ranks").iter().map(|r| r["clock"]["uncertainty_ns"].as_i64().unwrap_or(0).max(0)).max().unwrap_or(0);
+        let slack: i64 =
+            report["ranks"].as_array().expect("ranks").iter().map(|r| r["clock"]["uncertainty_ns"].as_i64().unwrap_or(0).max(0)).max().unwrap_or(0);
         let after = search(v1::SearchRequest { since_ns: Some(failure_ns), limit: 1000, ..base.clone() }).await.expect("since").into_inner();
         assert!(after.total > 0 && after.total < all.total, "{} of {}", after.total, all.total);
         assert!(after.hits.iter().all(|h| h.time_ns >= failure_ns - 2 * slack), "a hit before the range");
@@ -111,7 +112,8 @@ fn search_filters_pages_and_counts_on_the_aligned_clock() {
         assert_eq!(t.lanes.len(), 2, "{t:?}");
         assert!(t.failure_ns.is_some() && t.start_ns <= t.end_ns);
         assert!(t.lanes.iter().any(|l| l.events.iter().any(|e| e.role == "symptom" || e.role == "root")), "{t:?}");
-        let grouped = q.timeline(v1::TimelineRequest { job_id: "q-hang".into(), group_by_host: true, ..Default::default() }).await.expect("timeline").into_inner();
+        let grouped =
+            q.timeline(v1::TimelineRequest { job_id: "q-hang".into(), group_by_host: true, ..Default::default() }).await.expect("timeline").into_inner();
         assert!(grouped.grouped_by_host && !grouped.lanes.is_empty() && grouped.lanes.len() <= 2);
 
         // ListJobs filters.

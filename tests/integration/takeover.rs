@@ -65,9 +65,7 @@ fn start_instance(id: &str, db_url: &str, data: &Path, log: &Path) -> Instance {
 
 /// A rank that prints `rank R line I` LINES times, steadily.
 fn start_agent(servers: &str, job: &str, rank: u32, spool: &Path, log: &Path) -> Child {
-    let script = format!(
-        "import time\nfor i in range({LINES}):\n    print(f'rank {rank} line {{i}}', flush=True)\n    time.sleep({PERIOD})\n"
-    );
+    let script = format!("import time\nfor i in range({LINES}):\n    print(f'rank {rank} line {{i}}', flush=True)\n    time.sleep({PERIOD})\n");
     Command::new(binary("coroner-agent"))
         .args(["run", "--job", job, "--server", servers, "--flush-timeout", "60"])
         .arg("--spool-dir")
@@ -108,12 +106,7 @@ fn http_head(port: u16, path: &str) -> (u16, String) {
     let mut raw = String::new();
     let _ = s.read_to_string(&mut raw);
     let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let location = raw
-        .lines()
-        .find_map(|l| l.strip_prefix("location: ").or_else(|| l.strip_prefix("Location: ")))
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let location = raw.lines().find_map(|l| l.strip_prefix("location: ").or_else(|| l.strip_prefix("Location: "))).unwrap_or_default().trim().to_string();
     (status, location)
 }
 
@@ -130,8 +123,7 @@ async fn owner(admin: &mut PgConnection, job: &str) -> Option<(String, i64)> {
 #[test]
 fn three_instances_survive_the_owner_being_killed_mid_ingest() {
     let rt = runtime();
-    let admin_url =
-        std::env::var("CORONER_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let admin_url = std::env::var("CORONER_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let mut admin = match rt.block_on(PgConnection::connect(&admin_url)) {
         Ok(c) => c,
         Err(e) if std::env::var("CORONER_SKIP_POSTGRES").is_ok_and(|v| v == "1") => {
@@ -161,8 +153,7 @@ fn run(rt: &tokio::runtime::Runtime, db_url: &str) {
     let _keep_on_panic = KeepOnPanic(Some(logs));
     let spool = tempfile::tempdir().expect("spool dir");
     // Each instance migrates the same fresh database at once: the migrator's advisory lock must hold.
-    let mut instances: Vec<Instance> =
-        ["i1", "i2", "i3"].iter().map(|id| start_instance(id, db_url, data.path(), &logs_kept)).collect();
+    let mut instances: Vec<Instance> = ["i1", "i2", "i3"].iter().map(|id| start_instance(id, db_url, data.path(), &logs_kept)).collect();
     for inst in &mut instances {
         let deadline = Instant::now() + Duration::from_secs(30);
         while rt.block_on(QueryClient::connect(inst.grpc_url.clone())).is_err() {
@@ -273,9 +264,6 @@ fn run(rt: &tokio::runtime::Runtime, db_url: &str) {
     );
     assert_eq!(lines, i64::from(WORLD * LINES), "the store's line count is exact after the takeover");
     assert_eq!(ends, i64::from(WORLD), "every rank's end is recorded");
-    assert!(
-        takeover_after < Duration::from_secs(TTL_S * 3 + 5),
-        "the takeover took {takeover_after:?} with a {TTL_S} s TTL"
-    );
+    assert!(takeover_after < Duration::from_secs(TTL_S * 3 + 5), "the takeover took {takeover_after:?} with a {TTL_S} s TTL");
     assert_eq!(report_verdict, "succeeded", "the report covers the whole job");
 }

@@ -15,9 +15,9 @@
 //! were being stopped (within [`SAME_MOMENT_NS`] before the stop) are its consequences.
 
 use crate::classified::ClassifiedJob;
-use crate::rules::RuleSet;
 use crate::clock::ClockModel;
 use crate::evidence::JobEvidence;
+use crate::rules::RuleSet;
 use coroner_model::{Event, EventKind, Nanos, ProcessEndCause, Rank, Role};
 
 /// How close together every rank's death by signal must be to read as one stop from outside.
@@ -64,7 +64,11 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, clock: &Cloc
     if let Some(&(first, who)) = lines.iter().min_by_key(|(e, _)| (e.host_time_ns(), e.line.seq)) {
         // The most specific reason any line gives (a time limit says more than "cancelled").
         let who = lines.iter().map(|(_, w)| *w).find(|w| !w.contains("cancelled")).unwrap_or(who);
-        return Some(Cancel { who: who.to_string(), at: Some(clock.aligned(first.rank, first.host_time_ns())), events: lines.iter().map(|(e, _)| *e).take(3).collect() });
+        return Some(Cancel {
+            who: who.to_string(),
+            at: Some(clock.aligned(first.rank, first.host_time_ns())),
+            events: lines.iter().map(|(e, _)| *e).take(3).collect(),
+        });
     }
     every_rank_signalled(evidence, job, clock)
 }
@@ -89,7 +93,11 @@ fn every_rank_signalled<'a>(evidence: &'a JobEvidence, _job: &ClassifiedJob<'a>,
         return None;
     }
     Some(Cancel {
-        who: format!("a signal from outside: all {} ranks were signalled within {} ms of each other (a scheduler's cancel, a preemption or an operator)", ranks.len(), hi.saturating_sub(lo) / 1_000_000),
+        who: format!(
+            "a signal from outside: all {} ranks were signalled within {} ms of each other (a scheduler's cancel, a preemption or an operator)",
+            ranks.len(),
+            hi.saturating_sub(lo) / 1_000_000
+        ),
         at: Some(lo),
         events: Vec::new(),
     })
@@ -102,12 +110,10 @@ pub fn failed_before(evidence: &JobEvidence, rules: &RuleSet, job: &ClassifiedJo
     // before its scheduler's cancel line (`Detected 1 oom-kill event`, then `STEP ... CANCELLED`;
     // slurmstepd prints no time on the first) came first.
     if let Some(stop) = cancel.events.first() {
-        let earlier_in_same_log = evidence.unowned.iter().any(|e| {
-            e.rank == stop.rank
-                && e.line.stream == stop.line.stream
-                && e.line.seq < stop.line.seq
-                && rules.classify(e).role == Role::Root
-        });
+        let earlier_in_same_log = evidence
+            .unowned
+            .iter()
+            .any(|e| e.rank == stop.rank && e.line.stream == stop.line.stream && e.line.seq < stop.line.seq && rules.classify(e).role == Role::Root);
         if earlier_in_same_log {
             return true;
         }

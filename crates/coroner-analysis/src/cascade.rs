@@ -70,11 +70,7 @@ impl<'e> Placement<'e> {
             PeerRef::LocalRank(n) => self.same_host(from).get(*n as usize).copied().into_iter().collect(),
             PeerRef::Address(addr) => {
                 let host = address_host(addr);
-                self.ranks_on
-                    .iter()
-                    .filter(|(h, _)| host_matches(h, host))
-                    .flat_map(|(_, ranks)| ranks.iter().copied())
-                    .collect()
+                self.ranks_on.iter().filter(|(h, _)| host_matches(h, host)).flat_map(|(_, ranks)| ranks.iter().copied()).collect()
             }
         }
     }
@@ -95,9 +91,7 @@ fn address_host(addr: &str) -> &str {
 /// A host name matches an address's host when equal, or when one is the other's first label
 /// (`node-3` and `node-3.cluster.local`).
 fn host_matches(host: &str, addr_host: &str) -> bool {
-    host == addr_host
-        || host.split('.').next() == Some(addr_host)
-        || addr_host.split('.').next() == Some(host)
+    host == addr_host || host.split('.').next() == Some(addr_host) || addr_host.split('.').next() == Some(host)
 }
 
 pub fn build(
@@ -119,20 +113,14 @@ pub fn build(
         .collect();
     victims.sort_by_key(|v| (v.aligned_ns, v.rank));
 
-    let failed_at: HashMap<Rank, Nanos> = victims
-        .iter()
-        .map(|v| (v.rank, v.aligned_ns))
-        .chain(std::iter::once((culprit, culprit_ns.unwrap_or(Nanos::MIN))))
-        .collect();
+    let failed_at: HashMap<Rank, Nanos> =
+        victims.iter().map(|v| (v.rank, v.aligned_ns)).chain(std::iter::once((culprit, culprit_ns.unwrap_or(Nanos::MIN)))).collect();
     let mut parent: HashMap<Rank, (Rank, &'static str)> = HashMap::new();
     for v in &victims {
         let chosen = v
             .parent
             .filter(|(p, _)| *p != v.rank)
-            .filter(|(p, _)| {
-                *p == culprit
-                    || failed_at.get(p).is_some_and(|t| !clock.surely_before(Some(v.rank), v.aligned_ns, Some(*p), *t))
-            })
+            .filter(|(p, _)| *p == culprit || failed_at.get(p).is_some_and(|t| !clock.surely_before(Some(v.rank), v.aligned_ns, Some(*p), *t)))
             .filter(|(p, _)| !reaches(&parent, *p, v.rank));
         parent.insert(v.rank, chosen.unwrap_or((culprit, "failed after the culprit")));
     }
@@ -164,8 +152,7 @@ fn tree_order(culprit: Rank, victims: Vec<Victim>, parent: &HashMap<Rank, (Rank,
     }
     let mut slots: Vec<Option<Victim>> = victims.into_iter().map(Some).collect();
     let mut out = Vec::with_capacity(slots.len());
-    let mut stack: Vec<(usize, u32)> =
-        children.get(&culprit).map(|c| c.iter().rev().map(|i| (*i, 1)).collect()).unwrap_or_default();
+    let mut stack: Vec<(usize, u32)> = children.get(&culprit).map(|c| c.iter().rev().map(|i| (*i, 1)).collect()).unwrap_or_default();
     while let Some((i, depth)) = stack.pop() {
         let Some(v) = slots[i].take() else { continue };
         if let Some(kids) = children.get(&v.rank) {
@@ -197,10 +184,7 @@ fn victim(
     culprit: Rank,
 ) -> Option<Victim> {
     if let Some(s) = job.first_symptom(rank) {
-        let how = s
-            .rule
-            .and_then(|rule| rule.summary.clone())
-            .unwrap_or_else(|| s.event.kind.name().replace('_', " "));
+        let how = s.rule.and_then(|rule| rule.summary.clone()).unwrap_or_else(|| s.event.kind.name().replace('_', " "));
         let (parent, collective) = parent_of_symptom(rank, s, job, progress, placement, culprit);
         return Some(Victim {
             rank,
@@ -221,13 +205,7 @@ fn victim(
     } else {
         None
     };
-    Some(Victim {
-        rank,
-        aligned_ns: clock.aligned(Some(rank), host_ns),
-        how: format!("the process {}", end.cause().describe()),
-        parent,
-        collective: None,
-    })
+    Some(Victim { rank, aligned_ns: clock.aligned(Some(rank), host_ns), how: format!("the process {}", end.cause().describe()), parent, collective: None })
 }
 
 fn parent_of_symptom(
@@ -253,21 +231,12 @@ fn parent_of_symptom(
             let never_issued: Vec<Rank> = progress
                 .groups
                 .get(&pg)
-                .map(|ranks| {
-                    ranks
-                        .iter()
-                        .filter(|(r, p)| **r != rank && p.last_enqueued.is_some_and(|e| e < *seq))
-                        .map(|(r, _)| *r)
-                        .collect()
-                })
+                .map(|ranks| ranks.iter().filter(|(r, p)| **r != rank && p.last_enqueued.is_some_and(|e| e < *seq)).map(|(r, _)| *r).collect())
                 .unwrap_or_default();
             let pick = if never_issued.contains(&culprit) { Some(culprit) } else { never_issued.first().copied() };
             (pick.map(|p| (p, "never issued the collective it waited in")), collective)
         }
-        EventKind::LauncherSignal { .. } => (
-            first_failed_on_host(rank, job, placement, culprit).map(|p| (p, "same host's launcher stopped it")),
-            None,
-        ),
+        EventKind::LauncherSignal { .. } => (first_failed_on_host(rank, job, placement, culprit).map(|p| (p, "same host's launcher stopped it")), None),
         _ => (None, None),
     }
 }
@@ -323,7 +292,13 @@ mod tests {
     fn analyze(mut evidence: JobEvidence) -> Report {
         for r in evidence.all_ranks() {
             let t = T0 - 5_000_000_000;
-            evidence.clock_samples.push(ClockSample { rank: r, t1_agent_send: t, t2_server_recv: t + 500_000, t3_server_send: t + 600_000, t4_agent_recv: t + 1_100_000 });
+            evidence.clock_samples.push(ClockSample {
+                rank: r,
+                t1_agent_send: t,
+                t2_server_recv: t + 500_000,
+                t3_server_send: t + 600_000,
+                t4_agent_recv: t + 1_100_000,
+            });
         }
         for ev in evidence.ranks.values_mut() {
             ev.events.sort_by_key(|e| e.capture_ns);
@@ -336,22 +311,46 @@ mod tests {
     }
 
     fn timeout(rank: u32, at_s: i64, seq: u64) -> Event {
-        event(rank, at_s, EventKind::WatchdogTimeout {
-            pg: None, seq: Some(SeqNo(seq)), op: "ALLREDUCE".into(), numel_in: Some(1153), numel_out: Some(1153), timeout_ms: Some(600_000), elapsed_ms: None,
-        }, "Watchdog caught collective operation timeout")
+        event(
+            rank,
+            at_s,
+            EventKind::WatchdogTimeout {
+                pg: None,
+                seq: Some(SeqNo(seq)),
+                op: "ALLREDUCE".into(),
+                numel_in: Some(1153),
+                numel_out: Some(1153),
+                timeout_ms: Some(600_000),
+                elapsed_ms: None,
+            },
+            "Watchdog caught collective operation timeout",
+        )
     }
 
     fn status(rank: u32, at_s: i64, enqueued: u64, completed: u64) -> Event {
-        event(rank, at_s, EventKind::PgStatus {
-            pg: None, failing_seq: None, last_enqueued: Some(SeqNo(enqueued)), last_started: None, last_completed: Some(SeqNo(completed)),
-        }, "PG status")
+        event(
+            rank,
+            at_s,
+            EventKind::PgStatus {
+                pg: None,
+                failing_seq: None,
+                last_enqueued: Some(SeqNo(enqueued)),
+                last_started: None,
+                last_completed: Some(SeqNo(completed)),
+            },
+            "PG status",
+        )
     }
 
     #[test]
     fn a_peer_that_hung_up_is_the_parent_and_the_tree_is_depth_first() {
         // Rank 3 runs out of memory; rank 2 (same host) sees local rank 1 (= rank 3) hang up;
         // rank 0 then sees rank 2 hang up; rank 1 times out in a collective rank 3 never issued.
-        let oom = EventKind::Exception { exc_type: "torch.OutOfMemoryError".into(), message: "CUDA out of memory. Tried to allocate 2.00 GiB".into(), frames: Vec::new() };
+        let oom = EventKind::Exception {
+            exc_type: "torch.OutOfMemoryError".into(),
+            message: "CUDA out of memory. Tried to allocate 2.00 GiB".into(),
+            frames: Vec::new(),
+        };
         let closed = |peer: PeerRef| EventKind::ConnectionClosed { peer: Some(peer), transport: "nccl".into() };
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
         ev.ranks.insert(Rank(0), rank_on("a", vec![status(0, 31, 11, 10), event(0, 30, closed(PeerRef::Rank(Rank(2))), "Connection closed by rank 2")]));
@@ -375,7 +374,10 @@ mod tests {
         // failure follows from the culprit, not from rank 2.
         let oom = EventKind::Exception { exc_type: "torch.OutOfMemoryError".into(), message: "CUDA out of memory.".into(), frames: Vec::new() };
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(3), finished: true, ..Default::default() };
-        ev.ranks.insert(Rank(0), rank_on("a", vec![event(0, 20, EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(Rank(2))), transport: "nccl".into() }, "closed")]));
+        ev.ranks.insert(
+            Rank(0),
+            rank_on("a", vec![event(0, 20, EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(Rank(2))), transport: "nccl".into() }, "closed")]),
+        );
         ev.ranks.insert(Rank(1), rank_on("a", vec![event(1, 10, oom, "torch.OutOfMemoryError: CUDA out of memory.")]));
         ev.ranks.insert(Rank(2), rank_on("b", vec![timeout(2, 60, 11)]));
         let report = analyze(ev);
@@ -390,9 +392,22 @@ mod tests {
         ev.ranks.insert(Rank(0), rank_on("a", vec![event(0, 10, oom, "torch.OutOfMemoryError: CUDA out of memory.")]));
         ev.ranks.insert(Rank(1), rank_on("a", vec![]));
         // Host b: rank 2 loses its peer, then b's launcher stops rank 3.
-        ev.ranks.insert(Rank(2), rank_on("b", vec![event(2, 12, EventKind::ConnectionClosed { peer: Some(PeerRef::Address("a:29500".into())), transport: "gloo".into() }, "Connection closed by peer [a]:29500")]));
+        ev.ranks.insert(
+            Rank(2),
+            rank_on(
+                "b",
+                vec![event(
+                    2,
+                    12,
+                    EventKind::ConnectionClosed { peer: Some(PeerRef::Address("a:29500".into())), transport: "gloo".into() },
+                    "Connection closed by peer [a]:29500",
+                )],
+            ),
+        );
         ev.ranks.insert(Rank(3), rank_on("b", vec![]));
-        ev.ends = (0..4).map(|r| ProcessEnd { rank: Rank(r), exit_code: None, signal: if r == 0 || r == 2 { None } else { Some(15) }, at_ns: Some(T0 + 15_000_000_000) }).collect();
+        ev.ends = (0..4)
+            .map(|r| ProcessEnd { rank: Rank(r), exit_code: None, signal: if r == 0 || r == 2 { None } else { Some(15) }, at_ns: Some(T0 + 15_000_000_000) })
+            .collect();
         ev.ends[0].exit_code = Some(1);
         ev.ends[2].exit_code = Some(1);
         let report = analyze(ev);

@@ -71,14 +71,32 @@ mod tests {
     #[test]
     fn a_dump_signal_follows_its_detection() {
         let mut ev = JobEvidence::default();
-        ev.ranks.insert(Rank(0), RankEvidence {
-            events: vec![event(0, 100, EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(11)), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None })],
-            ..Default::default()
-        });
-        ev.ranks.insert(Rank(1), RankEvidence {
-            events: vec![event(1, 40, EventKind::DumpSignal { pg: None, detector: Some(Rank(0)), last_enqueued: None, last_completed: None })],
-            ..Default::default()
-        });
+        ev.ranks.insert(
+            Rank(0),
+            RankEvidence {
+                events: vec![event(
+                    0,
+                    100,
+                    EventKind::WatchdogTimeout {
+                        pg: None,
+                        seq: Some(SeqNo(11)),
+                        op: "ALLREDUCE".into(),
+                        numel_in: None,
+                        numel_out: None,
+                        timeout_ms: None,
+                        elapsed_ms: None,
+                    },
+                )],
+                ..Default::default()
+            },
+        );
+        ev.ranks.insert(
+            Rank(1),
+            RankEvidence {
+                events: vec![event(1, 40, EventKind::DumpSignal { pg: None, detector: Some(Rank(0)), last_enqueued: None, last_completed: None })],
+                ..Default::default()
+            },
+        );
         let e = edges(&ev);
         assert_eq!(e, vec![Edge { from: Rank(0), before: 100, to: Rank(1), after: 40 }]);
         // Rank 1's clock must be at least 60 ns ahead of rank 0's to put the signal after the detection.

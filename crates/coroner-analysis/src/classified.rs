@@ -26,9 +26,7 @@ impl Classified<'_> {
     pub fn is_wait_timeout(&self) -> bool {
         match &self.event.kind {
             EventKind::WatchdogTimeout { .. } | EventKind::TransportTimeout { .. } | EventKind::Stall { .. } => true,
-            EventKind::Exception { .. } | EventKind::ErrorLine { .. } => {
-                self.rule.is_some_and(|r| r.id.contains("timeout"))
-            }
+            EventKind::Exception { .. } | EventKind::ErrorLine { .. } => self.rule.is_some_and(|r| r.id.contains("timeout")),
             _ => false,
         }
     }
@@ -44,18 +42,10 @@ pub fn classify<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &Clock
     // the rules run once per such kind rather than once per event (most events are steps).
     let mut by_kind: HashMap<&'static str, Verdict<'a>> = HashMap::new();
     let mut one = |rank: Option<Rank>, e: &'a Event| {
-        let v = if !e.kind.has_message() {
-            *by_kind.entry(e.kind.name()).or_insert_with(|| rules.classify(e))
-        } else {
-            rules.classify(e)
-        };
+        let v = if !e.kind.has_message() { *by_kind.entry(e.kind.name()).or_insert_with(|| rules.classify(e)) } else { rules.classify(e) };
         Classified { event: e, rule: v.rule, role: v.role, aligned_ns: clock.aligned(rank, e.capture_ns) }
     };
-    let ranks = evidence
-        .ranks
-        .iter()
-        .map(|(r, ev)| (*r, ev.events.iter().map(|e| one(Some(*r), e)).collect()))
-        .collect();
+    let ranks = evidence.ranks.iter().map(|(r, ev)| (*r, ev.events.iter().map(|e| one(Some(*r), e)).collect())).collect();
     ClassifiedJob { ranks }
 }
 

@@ -28,11 +28,7 @@ pub struct ClockModel {
 
 impl ClockModel {
     pub fn estimate(&self, rank: Rank) -> ClockEstimate {
-        self.estimates.get(&rank).cloned().unwrap_or(ClockEstimate {
-            offset_ns: 0,
-            uncertainty_ns: UNKNOWN_UNCERTAINTY_NS,
-            source: "none".to_string(),
-        })
+        self.estimates.get(&rank).cloned().unwrap_or(ClockEstimate { offset_ns: 0, uncertainty_ns: UNKNOWN_UNCERTAINTY_NS, source: "none".to_string() })
     }
 
     /// A host time of `rank` on the aligned clock.
@@ -99,11 +95,7 @@ fn apply_edges(edges: &[crate::causality::Edge], estimates: &mut BTreeMap<Rank, 
             continue; // within what the estimates already admit
         }
         // Move the less certain side.
-        let (rank, mut est, shift) = if to.uncertainty_ns >= from.uncertainty_ns {
-            (edge.to, to, slack.saturating_neg())
-        } else {
-            (edge.from, from, slack)
-        };
+        let (rank, mut est, shift) = if to.uncertainty_ns >= from.uncertainty_ns { (edge.to, to, slack.saturating_neg()) } else { (edge.from, from, slack) };
         est.offset_ns = est.offset_ns.saturating_add(shift);
         if est.uncertainty_ns < UNKNOWN_UNCERTAINTY_NS {
             est.uncertainty_ns = est.uncertainty_ns.saturating_add(shift.saturating_abs());
@@ -124,40 +116,19 @@ pub fn from_samples(samples: &[ClockSample]) -> Option<ClockEstimate> {
     good.sort_by_key(|s| s.offset_ns());
     let mid = good[good.len() / 2];
     let spread = good.iter().map(|s| s.offset_ns().saturating_sub(mid.offset_ns()).saturating_abs()).max().unwrap_or(0);
-    Some(ClockEstimate {
-        offset_ns: mid.offset_ns(),
-        uncertainty_ns: (mid.round_trip_ns() / 2).saturating_add(spread),
-        source: "ntp".to_string(),
-    })
+    Some(ClockEstimate { offset_ns: mid.offset_ns(), uncertainty_ns: (mid.round_trip_ns() / 2).saturating_add(spread), source: "ntp".to_string() })
 }
 
 /// Offsets from step lines printed by every rank: each rank against the reference rank (the one
 /// with the best NTP estimate, else the lowest rank with steps).
-fn from_steps(
-    evidence: &JobEvidence,
-    known: &BTreeMap<Rank, ClockEstimate>,
-) -> BTreeMap<Rank, ClockEstimate> {
+fn from_steps(evidence: &JobEvidence, known: &BTreeMap<Rank, ClockEstimate>) -> BTreeMap<Rank, ClockEstimate> {
     // Per rank: each step and when it was first captured, sorted by step (`steps.rs`), so two
     // ranks are compared by a merge rather than a lookup per step.
-    let steps: BTreeMap<Rank, &[StepTime]> = evidence
-        .ranks
-        .iter()
-        .map(|(rank, ev)| (*rank, ev.steps.times()))
-        .filter(|(_, s)| !s.is_empty())
-        .collect();
-    let reference = steps
-        .keys()
-        .filter_map(|r| known.get(r).map(|e| (e.uncertainty_ns, *r)))
-        .min()
-        .map(|(_, r)| r)
-        .or_else(|| steps.keys().next().copied());
+    let steps: BTreeMap<Rank, &[StepTime]> = evidence.ranks.iter().map(|(rank, ev)| (*rank, ev.steps.times())).filter(|(_, s)| !s.is_empty()).collect();
+    let reference = steps.keys().filter_map(|r| known.get(r).map(|e| (e.uncertainty_ns, *r))).min().map(|(_, r)| r).or_else(|| steps.keys().next().copied());
     let Some(reference) = reference else { return BTreeMap::new() };
     let ref_steps = steps[&reference];
-    let ref_est = known.get(&reference).cloned().unwrap_or(ClockEstimate {
-        offset_ns: 0,
-        uncertainty_ns: 0,
-        source: "steps".to_string(),
-    });
+    let ref_est = known.get(&reference).cloned().unwrap_or(ClockEstimate { offset_ns: 0, uncertainty_ns: 0, source: "steps".to_string() });
     let mut out = BTreeMap::new();
     for (rank, rank_steps) in &steps {
         let mut diffs = shared_step_diffs(ref_steps, rank_steps);
@@ -169,9 +140,7 @@ fn from_steps(
         let spread = diffs.iter().map(|d| d.saturating_sub(median).saturating_abs()).max().unwrap_or(0);
         // One shared step says little about the spread: widen the bound.
         let floor = if diffs.len() >= 3 { STEP_SKEW_FLOOR_NS } else { 10 * STEP_SKEW_FLOOR_NS };
-        let uncertainty = if *rank == reference { ref_est.uncertainty_ns } else {
-            ref_est.uncertainty_ns.saturating_add(spread.max(floor))
-        };
+        let uncertainty = if *rank == reference { ref_est.uncertainty_ns } else { ref_est.uncertainty_ns.saturating_add(spread.max(floor)) };
         out.insert(
             *rank,
             ClockEstimate {
@@ -294,8 +263,7 @@ mod tests {
             t3_server_send: offset + rtt / 2,
             t4_agent_recv: rtt,
         };
-        let e = from_samples(&[sample(5_000, 200_000), sample(9_000_000, 80_000_000), sample(4_000, 220_000)])
-            .unwrap();
+        let e = from_samples(&[sample(5_000, 200_000), sample(9_000_000, 80_000_000), sample(4_000, 220_000)]).unwrap();
         assert!((e.offset_ns - 5_000).abs() <= 1_000, "{e:?}");
         assert!(e.uncertainty_ns < 1_000_000);
         let _ = RankEvidence::default();
@@ -308,18 +276,27 @@ mod tests {
     fn extreme_times_saturate_instead_of_overflowing() {
         let mut ev = JobEvidence::default();
         let probe = |rank: u32, t1: i64, t2: i64, t3: i64, t4: i64| ClockSample {
-            rank: Rank(rank), t1_agent_send: t1, t2_server_recv: t2, t3_server_send: t3, t4_agent_recv: t4,
+            rank: Rank(rank),
+            t1_agent_send: t1,
+            t2_server_recv: t2,
+            t3_server_send: t3,
+            t4_agent_recv: t4,
         };
-        ev.clock_samples = vec![
-            probe(0, i64::MIN, i64::MAX, i64::MAX, i64::MIN),
-            probe(0, 0, 1, 1, i64::MAX),
-            probe(1, i64::MAX, i64::MIN, i64::MIN, i64::MAX),
-        ];
+        ev.clock_samples =
+            vec![probe(0, i64::MIN, i64::MAX, i64::MAX, i64::MIN), probe(0, 0, 1, 1, i64::MAX), probe(1, i64::MAX, i64::MIN, i64::MIN, i64::MAX)];
         for s in 0..3u64 {
             ev.rank_mut(Rank(0)).push(step(0, s, i64::MIN + s as i64));
             ev.rank_mut(Rank(1)).push(step(1, s, i64::MAX - s as i64));
         }
-        let watchdog = EventKind::WatchdogTimeout { pg: None, seq: Some(coroner_model::SeqNo(1)), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None };
+        let watchdog = EventKind::WatchdogTimeout {
+            pg: None,
+            seq: Some(coroner_model::SeqNo(1)),
+            op: "ALLREDUCE".into(),
+            numel_in: None,
+            numel_out: None,
+            timeout_ms: None,
+            elapsed_ms: None,
+        };
         let signal = EventKind::DumpSignal { pg: None, detector: Some(Rank(0)), last_enqueued: None, last_completed: None };
         ev.rank_mut(Rank(0)).events.push(Event { kind: watchdog, capture_ns: i64::MAX, ..step(0, 9, 0) });
         ev.rank_mut(Rank(1)).events.push(Event { kind: signal, capture_ns: i64::MIN, ..step(1, 9, 0) });

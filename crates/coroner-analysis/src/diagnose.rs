@@ -123,18 +123,11 @@ pub fn diagnose<'a>(
                     chosen = *second;
                 }
                 confidence *= 0.7;
-                note = Some(format!(
-                    "ranks {} and {} failed within the clocks' uncertainty; the order is not known from time alone",
-                    first.rank, second.rank
-                ));
+                note = Some(format!("ranks {} and {} failed within the clocks' uncertainty; the order is not known from time alone", first.rank, second.rank));
             }
         }
         let others = findings.iter().filter(|f| f.rank != chosen.rank).cloned().collect();
-        return Diagnosis {
-            verdict: Verdict::Failed,
-            first: Some(first_from(chosen, confidence, note)),
-            other_roots: others,
-        };
+        return Diagnosis { verdict: Verdict::Failed, first: Some(first_from(chosen, confidence, note)), other_roots: others };
     }
 
     if let Some(s) = stall::find(job, evidence.world_size) {

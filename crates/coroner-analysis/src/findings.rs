@@ -30,12 +30,7 @@ pub struct Finding<'a> {
 }
 
 /// The root findings of every rank, and the SIGKILLed ranks that were alive-but-silent (hangs).
-pub fn root_findings<'a>(
-    evidence: &'a JobEvidence,
-    job: &ClassifiedJob<'a>,
-    rules: &'a RuleSet,
-    clock: &ClockModel,
-) -> Vec<Finding<'a>> {
+pub fn root_findings<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Vec<Finding<'a>> {
     let mut out = Vec::new();
     for rank in evidence.all_ranks() {
         match (from_events(rank, job), from_end(rank, evidence, job, rules, clock)) {
@@ -62,12 +57,7 @@ fn from_events<'a>(rank: Rank, job: &ClassifiedJob<'a>) -> Option<Finding<'a>> {
     let best = roots
         .iter()
         .filter(|c| c.aligned_ns.saturating_sub(first.aligned_ns) <= SAME_FAILURE_WINDOW_NS)
-        .max_by(|a, b| {
-            a.confidence()
-                .partial_cmp(&b.confidence())
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(b.aligned_ns.cmp(&a.aligned_ns))
-        })?;
+        .max_by(|a, b| a.confidence().partial_cmp(&b.confidence()).unwrap_or(std::cmp::Ordering::Equal).then(b.aligned_ns.cmp(&a.aligned_ns)))?;
     let mut events = vec![best.event];
     if !std::ptr::eq(best.event, first.event) {
         events.push(first.event);
@@ -84,13 +74,7 @@ fn from_events<'a>(rank: Rank, job: &ClassifiedJob<'a>) -> Option<Finding<'a>> {
     })
 }
 
-fn from_end<'a>(
-    rank: Rank,
-    evidence: &'a JobEvidence,
-    job: &ClassifiedJob<'a>,
-    rules: &'a RuleSet,
-    clock: &ClockModel,
-) -> Option<Finding<'a>> {
+fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Option<Finding<'a>> {
     let end = evidence.end_of(rank)?;
     let verdict = rules.classify_end(end);
     if verdict.role != Role::Root {
@@ -122,12 +106,7 @@ fn from_end<'a>(
 /// A rank killed from outside after its peers had already timed out waiting for it was hung, not
 /// killed: it was alive (it printed, or dumped its stack) when they gave up, and the kill was the
 /// clean-up. Without any sign of life after the peers' timeouts, the kill stands.
-pub fn alive_when_peers_gave_up(
-    rank: Rank,
-    evidence: &JobEvidence,
-    job: &ClassifiedJob<'_>,
-    clock: &ClockModel,
-) -> bool {
+pub fn alive_when_peers_gave_up(rank: Rank, evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockModel) -> bool {
     if job.events(rank).iter().any(|c| matches!(c.event.kind, EventKind::StackDump { .. })) {
         return true;
     }

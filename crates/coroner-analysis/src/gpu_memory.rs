@@ -36,12 +36,7 @@ pub fn summary(evidence: &JobEvidence, clock: &ClockModel, rank: Rank) -> Option
             // Several GPUs in view, or a per-node agent: the rank's own GPU.
             samples.retain(|(_, s)| slot_of_address(&s.bus) == Some(slot));
             if samples.is_empty() {
-                samples = evidence
-                    .unowned
-                    .iter()
-                    .filter_map(|e| sample(e).map(|s| (e, s)))
-                    .filter(|(_, s)| slot_of_address(&s.bus) == Some(slot))
-                    .collect();
+                samples = evidence.unowned.iter().filter_map(|e| sample(e).map(|s| (e, s))).filter(|(_, s)| slot_of_address(&s.bus) == Some(slot)).collect();
             }
         }
         (None, n) if n > 1 => return None,
@@ -95,7 +90,14 @@ mod tests {
     use coroner_model::{LineRef, Stream};
 
     fn ev(rank: Option<u32>, at: i64, kind: EventKind) -> Event {
-        Event { rank: rank.map(Rank), line: LineRef { stream: Stream::File, seq: at as u64 }, capture_ns: at * 1_000_000_000, printed_ns: None, kind, text: String::new() }
+        Event {
+            rank: rank.map(Rank),
+            line: LineRef { stream: Stream::File, seq: at as u64 },
+            capture_ns: at * 1_000_000_000,
+            printed_ns: None,
+            kind,
+            text: String::new(),
+        }
     }
 
     fn gpu(bus: &str, used: u64) -> EventKind {
@@ -109,7 +111,11 @@ mod tests {
     #[test]
     fn a_rank_agents_samples_of_its_one_gpu() {
         let mut e = JobEvidence::default();
-        e.rank_mut(Rank(0)).events = vec![ev(Some(0), 1, gpu("00000000:18:00.0", 1000)), ev(Some(0), 2, gpu("00000000:18:00.0", 90_000)), ev(Some(0), 3, gpu("00000000:18:00.0", 80_000))];
+        e.rank_mut(Rank(0)).events = vec![
+            ev(Some(0), 1, gpu("00000000:18:00.0", 1000)),
+            ev(Some(0), 2, gpu("00000000:18:00.0", 90_000)),
+            ev(Some(0), 3, gpu("00000000:18:00.0", 80_000)),
+        ];
         let m = summary(&e, &ClockModel::default(), Rank(0)).expect("a summary");
         assert_eq!((m.samples, m.first_mib, m.peak_mib, m.last_mib), (3, 1000, 90_000, 80_000));
         assert!(describe(&m).contains("1.0 GiB -> 78.1 GiB (peak 87.9) of 140.4 GiB over 3 samples"), "{}", describe(&m));

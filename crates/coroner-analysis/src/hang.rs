@@ -18,11 +18,7 @@ pub struct HangFinding<'a> {
     pub events: Vec<&'a Event>,
 }
 
-pub fn find<'a>(
-    evidence: &'a JobEvidence,
-    job: &ClassifiedJob<'a>,
-    progress: &Progress,
-) -> Option<HangFinding<'a>> {
+pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &Progress) -> Option<HangFinding<'a>> {
     by_sequence(evidence, job, progress).or_else(|| left_early(evidence, job, progress)).or_else(|| by_silence(evidence, job))
 }
 
@@ -105,11 +101,7 @@ fn by_sequence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress:
 
 fn by_silence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>) -> Option<HangFinding<'a>> {
     let ranks = evidence.all_ranks();
-    let waiting: Vec<Rank> = ranks
-        .iter()
-        .copied()
-        .filter(|r| job.events(*r).iter().any(|c| c.is_wait_timeout()))
-        .collect();
+    let waiting: Vec<Rank> = ranks.iter().copied().filter(|r| job.events(*r).iter().any(|c| c.is_wait_timeout())).collect();
     if waiting.is_empty() {
         return None;
     }
@@ -120,10 +112,7 @@ fn by_silence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>) -> Option<
         .iter()
         .copied()
         .filter(|r| !waiting.contains(r) && captured(r))
-        .filter(|r| {
-            job.events(*r).iter().all(|c| !matches!(c.role, Role::Root | Role::Symptom))
-                && !evidence.end_of(*r).is_some_and(|e| e.succeeded())
-        })
+        .filter(|r| job.events(*r).iter().all(|c| !matches!(c.role, Role::Root | Role::Symptom)) && !evidence.end_of(*r).is_some_and(|e| e.succeeded()))
         .collect();
     match silent.as_slice() {
         [] => None,
@@ -169,19 +158,14 @@ fn telling_events<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rank: 
 }
 
 fn waiters(progress: &Progress, pg: &PgId, awaited: SeqNo) -> Vec<Rank> {
-    progress.groups.get(pg).map_or_else(Vec::new, |ranks| {
-        ranks
-            .iter()
-            .filter(|(_, p)| p.last_enqueued.is_some_and(|e| e >= awaited))
-            .map(|(r, _)| *r)
-            .collect()
-    })
+    progress
+        .groups
+        .get(pg)
+        .map_or_else(Vec::new, |ranks| ranks.iter().filter(|(_, p)| p.last_enqueued.is_some_and(|e| e >= awaited)).map(|(r, _)| *r).collect())
 }
 
 fn op_of(progress: &Progress, pg: &PgId, awaited: SeqNo) -> Option<String> {
-    progress.groups.get(pg)?.values().find_map(|p| {
-        p.timed_out.as_ref().filter(|t| t.0 == awaited).map(|t| t.1.clone())
-    })
+    progress.groups.get(pg)?.values().find_map(|p| p.timed_out.as_ref().filter(|t| t.0 == awaited).map(|t| t.1.clone()))
 }
 
 pub fn join(ranks: &[Rank]) -> String {

@@ -7,22 +7,16 @@
 //! busId). A line joined to a rank becomes a root finding there, or sharpens the one already there:
 //! an NCCL error or a crash on a GPU whose driver reported Xid 79 is a hardware fault.
 
+use crate::clock::ClockModel;
 use crate::evidence::JobEvidence;
 use crate::findings::Finding;
-use crate::clock::ClockModel;
 use crate::rules::RuleSet;
 use coroner_model::{Event, EventKind, FaultClass, Rank, Role};
 use std::collections::HashMap;
 
 /// Classes a GPU fault shows up as on the rank itself: a hardware line on that rank explains them.
-const EXPLAINED_BY_HARDWARE: [FaultClass; 6] = [
-    FaultClass::NcclError,
-    FaultClass::Segfault,
-    FaultClass::PythonException,
-    FaultClass::Killed,
-    FaultClass::Hang,
-    FaultClass::NanInf,
-];
+const EXPLAINED_BY_HARDWARE: [FaultClass; 6] =
+    [FaultClass::NcclError, FaultClass::Segfault, FaultClass::PythonException, FaultClass::Killed, FaultClass::Hang, FaultClass::NanInf];
 
 /// (domain, bus, device) of a PCI address.
 pub(crate) type PciSlot = (u32, u32, u32);
@@ -92,9 +86,9 @@ impl Identities {
             _ => None,
         };
         match &e.kind {
-            EventKind::Xid { pid, pci, .. } => pid
-                .and_then(|p| one(self.by_pid.get(&p)))
-                .or_else(|| slot_of_address(pci).and_then(|s| one(self.by_slot.get(&s)))),
+            EventKind::Xid { pid, pci, .. } => {
+                pid.and_then(|p| one(self.by_pid.get(&p))).or_else(|| slot_of_address(pci).and_then(|s| one(self.by_slot.get(&s))))
+            }
             EventKind::OomKill { pid: Some(p), .. } => one(self.by_pid.get(p)),
             _ => None,
         }
@@ -114,12 +108,7 @@ fn worker_pid(message: &str) -> Option<u32> {
 fn attributed(evidence: &JobEvidence) -> Vec<(Rank, &Event)> {
     let ids = Identities::new(evidence);
     let unowned = evidence.unowned.iter().filter(|e| matches!(e.kind, EventKind::Xid { .. } | EventKind::OomKill { .. }));
-    evidence
-        .hardware
-        .iter()
-        .chain(unowned)
-        .filter_map(|e| e.rank.or_else(|| ids.rank_of(e)).map(|r| (r, e)))
-        .collect()
+    evidence.hardware.iter().chain(unowned).filter_map(|e| e.rank.or_else(|| ids.rank_of(e)).map(|r| (r, e))).collect()
 }
 
 /// Hardware roots no rank can be named for (a kernel log given alone, an Xid on a GPU no line of
@@ -172,10 +161,7 @@ pub fn merge<'a>(evidence: &'a JobEvidence, rules: &'a RuleSet, clock: &ClockMod
             None => {
                 // A line without a time of its own happened no later than the rank's last sign of life.
                 let ev = evidence.ranks.get(&rank);
-                let host_ns = e
-                    .printed_ns
-                    .or_else(|| evidence.end_of(rank).and_then(|end| end.at_ns))
-                    .or_else(|| ev.and_then(|r| r.last_capture_ns));
+                let host_ns = e.printed_ns.or_else(|| evidence.end_of(rank).and_then(|end| end.at_ns)).or_else(|| ev.and_then(|r| r.last_capture_ns));
                 let Some(host_ns) = host_ns else { continue };
                 findings.push(Finding {
                     rank,
@@ -217,20 +203,57 @@ mod merge_tests {
     const T0: i64 = 1_790_000_000_000_000_000;
 
     fn event(rank: Option<u32>, at_s: i64, stream: Stream, kind: EventKind) -> Event {
-        Event { rank: rank.map(Rank), line: LineRef { stream, seq: at_s as u64 }, capture_ns: T0 + at_s * 1_000_000_000, printed_ns: None, kind, text: "line".into() }
+        Event {
+            rank: rank.map(Rank),
+            line: LineRef { stream, seq: at_s as u64 },
+            capture_ns: T0 + at_s * 1_000_000_000,
+            printed_ns: None,
+            kind,
+            text: "line".into(),
+        }
     }
 
     fn init(rank: u32, pid: u32, bus: &str) -> Event {
-        event(Some(rank), 0, Stream::Stdout, EventKind::NcclInit { host: "node-a".into(), pid, rank: Rank(rank), nranks: 2, cuda_dev: Some(rank), bus_id: Some(bus.into()) })
+        event(
+            Some(rank),
+            0,
+            Stream::Stdout,
+            EventKind::NcclInit { host: "node-a".into(), pid, rank: Rank(rank), nranks: 2, cuda_dev: Some(rank), bus_id: Some(bus.into()) },
+        )
     }
 
     /// Rank 1 went quiet before ALLREDUCE seq 11; rank 0 timed out waiting in it. Both were killed.
     fn hang() -> JobEvidence {
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(2), finished: true, ..Default::default() };
-        let timeout = EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(11)), op: "ALLREDUCE".into(), numel_in: None, numel_out: None, timeout_ms: Some(600_000), elapsed_ms: None };
-        let status = |en| EventKind::PgStatus { pg: None, failing_seq: None, last_enqueued: Some(SeqNo(en)), last_started: None, last_completed: Some(SeqNo(10)) };
-        ev.ranks.insert(Rank(0), RankEvidence { events: vec![init(0, 1000, "18000"), event(Some(0), 700, Stream::Stderr, timeout), event(Some(0), 701, Stream::Stderr, status(11))], lines: 9, last_capture_ns: Some(T0 + 702_000_000_000), ..Default::default() });
-        ev.ranks.insert(Rank(1), RankEvidence { events: vec![init(1, 1001, "3b000"), event(Some(1), 710, Stream::Stderr, status(10))], lines: 9, last_capture_ns: Some(T0 + 710_000_000_000), ..Default::default() });
+        let timeout = EventKind::WatchdogTimeout {
+            pg: None,
+            seq: Some(SeqNo(11)),
+            op: "ALLREDUCE".into(),
+            numel_in: None,
+            numel_out: None,
+            timeout_ms: Some(600_000),
+            elapsed_ms: None,
+        };
+        let status =
+            |en| EventKind::PgStatus { pg: None, failing_seq: None, last_enqueued: Some(SeqNo(en)), last_started: None, last_completed: Some(SeqNo(10)) };
+        ev.ranks.insert(
+            Rank(0),
+            RankEvidence {
+                events: vec![init(0, 1000, "18000"), event(Some(0), 700, Stream::Stderr, timeout), event(Some(0), 701, Stream::Stderr, status(11))],
+                lines: 9,
+                last_capture_ns: Some(T0 + 702_000_000_000),
+                ..Default::default()
+            },
+        );
+        ev.ranks.insert(
+            Rank(1),
+            RankEvidence {
+                events: vec![init(1, 1001, "3b000"), event(Some(1), 710, Stream::Stderr, status(10))],
+                lines: 9,
+                last_capture_ns: Some(T0 + 710_000_000_000),
+                ..Default::default()
+            },
+        );
         ev.ends = (0..2).map(|r| ProcessEnd { rank: Rank(r), exit_code: None, signal: Some(6), at_ns: Some(T0 + 720_000_000_000) }).collect();
         ev
     }
@@ -256,7 +279,8 @@ mod merge_tests {
     #[test]
     fn an_xid_naming_a_ranks_gpu_makes_it_a_hardware_fault() {
         let mut ev = hang();
-        let xid = |pci: &str| EventKind::Xid { pci: pci.into(), code: 79, pid: None, message: format!("NVRM: Xid (PCI:{pci}): 79, GPU has fallen off the bus.") };
+        let xid =
+            |pci: &str| EventKind::Xid { pci: pci.into(), code: 79, pid: None, message: format!("NVRM: Xid (PCI:{pci}): 79, GPU has fallen off the bus.") };
         ev.hardware.push(hardware_line(None, xid("0000:3b:00")));
         let report = analyze(&ev);
         assert_eq!(culprit(&report), (Some(1), "gpu_hardware"));
@@ -268,7 +292,10 @@ mod merge_tests {
     #[test]
     fn an_xid_on_a_gpu_no_rank_uses_is_not_pinned_on_anyone() {
         let mut ev = hang();
-        ev.hardware.push(hardware_line(None, EventKind::Xid { pci: "0000:99:00".into(), code: 79, pid: None, message: "NVRM: Xid (PCI:0000:99:00): 79, GPU has fallen off the bus.".into() }));
+        ev.hardware.push(hardware_line(
+            None,
+            EventKind::Xid { pci: "0000:99:00".into(), code: 79, pid: None, message: "NVRM: Xid (PCI:0000:99:00): 79, GPU has fallen off the bus.".into() },
+        ));
         assert_eq!(culprit(&analyze(&ev)), (Some(1), "hang"));
     }
 

@@ -10,10 +10,7 @@
 //! follows the code, not the machine). A GPU is flagged when its own score reaches [`MIN_SCORE`].
 
 use crate::signature::compare;
-use coroner_model::{
-    format_rfc3339_ns, FailureSignature, FaultClass, HostCount, JobHosts, PastIncident,
-    RecordedFailure, SimilarIncidents, Suspect,
-};
+use coroner_model::{format_rfc3339_ns, FailureSignature, FaultClass, HostCount, JobHosts, PastIncident, RecordedFailure, SimilarIncidents, Suspect};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A score at which a host or GPU can be flagged: two ordinary failures, or one hardware fault.
@@ -54,11 +51,8 @@ fn past(f: &RecordedFailure, same: bool, similarity: f64) -> PastIncident {
 
 /// The earlier jobs (other than `job_id`) whose signature is the same as or close to `this`.
 pub fn similar_incidents(job_id: &str, this: &FailureSignature, history: &[RecordedFailure]) -> SimilarIncidents {
-    let mut matches: Vec<(&RecordedFailure, bool, f64)> = history
-        .iter()
-        .filter(|f| f.job_id != job_id)
-        .filter_map(|f| compare(this, &f.signature).map(|(same, s)| (f, same, s)))
-        .collect();
+    let mut matches: Vec<(&RecordedFailure, bool, f64)> =
+        history.iter().filter(|f| f.job_id != job_id).filter_map(|f| compare(this, &f.signature).map(|(same, s)| (f, same, s))).collect();
     matches.sort_by(|a, b| b.0.recorded_ns.cmp(&a.0.recorded_ns).then_with(|| a.0.job_id.cmp(&b.0.job_id)));
     let same = matches.iter().filter(|m| m.1).count() as u32;
     let mut hosts: BTreeMap<&str, u32> = BTreeMap::new();
@@ -177,12 +171,7 @@ pub fn suspects(failures: &[RecordedFailure], jobs: &[JobHosts], all: bool) -> V
         out.push(suspect(host, Some(gpu), t, flagged, reason));
     }
     out.retain(|s| all || s.flagged);
-    out.sort_by(|a, b| {
-        b.flagged
-            .cmp(&a.flagged)
-            .then_with(|| b.score.total_cmp(&a.score))
-            .then_with(|| (&a.host, &a.gpu).cmp(&(&b.host, &b.gpu)))
-    });
+    out.sort_by(|a, b| b.flagged.cmp(&a.flagged).then_with(|| b.score.total_cmp(&a.score)).then_with(|| (&a.host, &a.gpu).cmp(&(&b.host, &b.gpu))));
     out
 }
 

@@ -35,8 +35,8 @@ pub mod steps;
 pub mod text;
 
 pub use evidence::{FrRow, JobEvidence, RankEvidence, StepMark};
-pub use steps::{StepLog, StepTime, MAX_STEPS_PER_RANK};
 pub use rules::{RuleSet, RulesError};
+pub use steps::{StepLog, StepTime, MAX_STEPS_PER_RANK};
 
 use coroner_model::Report;
 

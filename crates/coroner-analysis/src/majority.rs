@@ -81,7 +81,13 @@ pub fn find<'a>(job: &ClassifiedJob<'a>) -> Option<MajorityFinding<'a>> {
             continue;
         }
         let odd: Vec<(&Who, &(Print, &'a Event))> = who.iter().filter(|(_, (p, _))| p != usual).collect();
-        let ranks: Vec<Rank> = odd.iter().filter_map(|(w, _)| match w { Who::Rank(r) => Some(*r), _ => None }).collect();
+        let ranks: Vec<Rank> = odd
+            .iter()
+            .filter_map(|(w, _)| match w {
+                Who::Rank(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
         let names: Vec<String> = odd.iter().map(|(w, (p, _))| format!("{} ({})", w.describe(), describe(p))).collect();
         let mut events: Vec<&'a Event> = odd.iter().map(|(_, (_, e))| *e).collect();
         events.extend(who.values().filter(|(p, _)| p == usual).map(|(_, e)| *e).take(1));

@@ -25,7 +25,15 @@ fn exception(rank: u32, at_s: i64, ty: &str, msg: &str) -> Event {
 }
 
 fn timeout(rank: u32, at_s: i64, seq: u64, op: &str, numel: u64) -> Event {
-    let kind = EventKind::WatchdogTimeout { pg: Some(PgId("0".into())), seq: Some(SeqNo(seq)), op: op.into(), numel_in: Some(numel), numel_out: Some(numel), timeout_ms: Some(600_000), elapsed_ms: Some(600_100) };
+    let kind = EventKind::WatchdogTimeout {
+        pg: Some(PgId("0".into())),
+        seq: Some(SeqNo(seq)),
+        op: op.into(),
+        numel_in: Some(numel),
+        numel_out: Some(numel),
+        timeout_ms: Some(600_000),
+        elapsed_ms: Some(600_100),
+    };
     event(rank, at_s, kind, &format!("[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel})"))
 }
 
@@ -77,7 +85,15 @@ fn every_rank_signalled_at_one_moment_is_a_cancel_with_no_culprit() {
 #[test]
 fn a_scheduler_line_says_who_stopped_the_job() {
     let mut ev = job(2);
-    ev.unowned.push(Event { rank: None, ..event(0, 300, EventKind::SchedulerEnd { message: "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***".into() }, "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***") });
+    ev.unowned.push(Event {
+        rank: None,
+        ..event(
+            0,
+            300,
+            EventKind::SchedulerEnd { message: "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***".into() },
+            "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***",
+        )
+    });
     let report = run(ev);
     assert_eq!(first(&report), (Verdict::Failed, None, FaultClass::Killed));
     assert!(report.first_failure.as_ref().expect("first").summary.contains("time limit"));
@@ -109,7 +125,21 @@ fn a_rank_that_exited_0_while_its_peers_waited_left_early() {
     let mut ev = job(3);
     for r in [0, 2] {
         push(&mut ev, timeout(r, 700, 81, "ALLREDUCE", 1024));
-        push(&mut ev, event(r, 701, EventKind::PgStatus { pg: Some(PgId("0".into())), failing_seq: Some(SeqNo(81)), last_enqueued: Some(SeqNo(81)), last_started: None, last_completed: Some(SeqNo(80)) }, "last enqueued work: 81"));
+        push(
+            &mut ev,
+            event(
+                r,
+                701,
+                EventKind::PgStatus {
+                    pg: Some(PgId("0".into())),
+                    failing_seq: Some(SeqNo(81)),
+                    last_enqueued: Some(SeqNo(81)),
+                    last_started: None,
+                    last_completed: Some(SeqNo(80)),
+                },
+                "last enqueued work: 81",
+            ),
+        );
         ev.ends.push(end(r, None, Some(6), Some(702)));
     }
     ev.ends.push(end(1, Some(0), None, Some(90)));

@@ -47,9 +47,7 @@ pub fn find<'a>(job: &ClassifiedJob<'a>) -> Option<MismatchFinding<'a>> {
         v.extend(events.iter().filter(|(r, _)| !ranks.contains(r)).map(|(_, e)| *e).take(2));
         v
     };
-    let deviants = |regular: &Signature| -> Vec<Rank> {
-        fingerprints.iter().filter(|(_, fp)| &signature(fp) != regular).map(|(r, _)| *r).collect()
-    };
+    let deviants = |regular: &Signature| -> Vec<Rank> { fingerprints.iter().filter(|(_, fp)| &signature(fp) != regular).map(|(r, _)| *r).collect() };
 
     // 1. Majority.
     let mut counts: BTreeMap<Signature, usize> = BTreeMap::new();
@@ -87,9 +85,7 @@ pub fn find<'a>(job: &ClassifiedJob<'a>) -> Option<MismatchFinding<'a>> {
                 if !message.contains("mismatch between collectives") {
                     continue;
                 }
-                let in_backward = frames.iter().any(|f| {
-                    f.file.contains("torch/autograd") || f.file.contains("torch/nn/parallel") || f.file.contains("fsdp")
-                });
+                let in_backward = frames.iter().any(|f| f.file.contains("torch/autograd") || f.file.contains("torch/nn/parallel") || f.file.contains("fsdp"));
                 let direct_call = frames.iter().any(|f| f.file.contains("distributed_c10d.py"));
                 if in_backward {
                     framework.push(*rank);
@@ -113,34 +109,10 @@ pub fn find<'a>(job: &ClassifiedJob<'a>) -> Option<MismatchFinding<'a>> {
     Some(decide(Vec::new(), &all, 0.3, "the fingerprints alone do not tell which rank deviates", evidence_for))
 }
 
-fn decide<'a>(
-    deviants: Vec<Rank>,
-    all: &[Rank],
-    confidence: f64,
-    reason: &str,
-    evidence_for: impl Fn(&[Rank]) -> Vec<&'a Event>,
-) -> MismatchFinding<'a> {
+fn decide<'a>(deviants: Vec<Rank>, all: &[Rank], confidence: f64, reason: &str, evidence_for: impl Fn(&[Rank]) -> Vec<&'a Event>) -> MismatchFinding<'a> {
     match deviants.as_slice() {
-        [one] => MismatchFinding {
-            rank: Some(*one),
-            candidates: vec![*one],
-            confidence,
-            reason: reason.to_string(),
-            events: evidence_for(&deviants),
-        },
-        [] => MismatchFinding {
-            rank: None,
-            candidates: all.to_vec(),
-            confidence,
-            reason: reason.to_string(),
-            events: evidence_for(all),
-        },
-        many => MismatchFinding {
-            rank: None,
-            candidates: many.to_vec(),
-            confidence: confidence * 0.6,
-            reason: reason.to_string(),
-            events: evidence_for(many),
-        },
+        [one] => MismatchFinding { rank: Some(*one), candidates: vec![*one], confidence, reason: reason.to_string(), events: evidence_for(&deviants) },
+        [] => MismatchFinding { rank: None, candidates: all.to_vec(), confidence, reason: reason.to_string(), events: evidence_for(all) },
+        many => MismatchFinding { rank: None, candidates: many.to_vec(), confidence: confidence * 0.6, reason: reason.to_string(), events: evidence_for(many) },
     }
 }

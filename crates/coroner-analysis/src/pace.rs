@@ -88,9 +88,8 @@ pub fn slowdown_note(evidence: &JobEvidence) -> Option<String> {
     let n = times.len();
     let before_split = prefix_medians(times.iter().copied());
     let after_split = prefix_medians(times.iter().rev().copied());
-    let (split, before, after) = (MIN_INTERVALS..=n - MIN_INTERVALS)
-        .map(|i| (i, before_split[i], after_split[n - i]))
-        .max_by(|a, b| ratio(a.2, a.1).total_cmp(&ratio(b.2, b.1)))?;
+    let (split, before, after) =
+        (MIN_INTERVALS..=n - MIN_INTERVALS).map(|i| (i, before_split[i], after_split[n - i])).max_by(|a, b| ratio(a.2, a.1).total_cmp(&ratio(b.2, b.1)))?;
     if ratio(after, before) < MIN_FACTOR || after < MIN_SLOW_NS {
         return None;
     }

@@ -38,11 +38,8 @@ fn mechanism(c: &Classified<'_>) -> FaultClass {
 
 /// A failure seen only through its symptoms, if the job shows one.
 pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &Progress) -> Option<PartialFinding<'a>> {
-    let symptoms: Vec<(Rank, &Classified<'a>)> = job
-        .ranks
-        .iter()
-        .flat_map(|(r, evs)| evs.iter().filter(|c| c.role == Role::Symptom && !from_a_launcher(c)).map(move |c| (*r, c)))
-        .collect();
+    let symptoms: Vec<(Rank, &Classified<'a>)> =
+        job.ranks.iter().flat_map(|(r, evs)| evs.iter().filter(|c| c.role == Role::Symptom && !from_a_launcher(c)).map(move |c| (*r, c))).collect();
     // The most telling symptom: a wait in a collective before a hang-up, before anything else.
     let rank_of = |c: &Classified<'_>| match mechanism(c) {
         FaultClass::Hang => 0,
@@ -74,20 +71,13 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &P
     };
     let mut events = vec![first.event];
     events.extend(symptoms.iter().filter(|(r, _)| r != rank).map(|(_, c)| c.event).take(3));
-    Some(PartialFinding {
-        class,
-        summary: format!("the culprit is not in these logs: {what}{never}"),
-        events,
-        confidence: 0.5,
-        candidates: missing(evidence),
-    })
+    Some(PartialFinding { class, summary: format!("the culprit is not in these logs: {what}{never}"), events, confidence: 0.5, candidates: missing(evidence) })
 }
 
 /// A launcher's report that a worker failed (or that it stopped the others): it says a worker
 /// ended, which the process ends already tell, not that a peer hung up or a wait ran out.
 fn from_a_launcher(c: &Classified<'_>) -> bool {
-    matches!(c.event.kind, EventKind::LauncherWorkerFailed(_) | EventKind::LauncherSignal { .. })
-        || c.rule.is_some_and(|r| r.id == "launcher-child-failed")
+    matches!(c.event.kind, EventKind::LauncherWorkerFailed(_) | EventKind::LauncherSignal { .. }) || c.rule.is_some_and(|r| r.id == "launcher-child-failed")
 }
 
 /// `ALLREDUCE seq 80078 of PG 0`, from the rank's watchdog report.

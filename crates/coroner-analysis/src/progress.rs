@@ -43,25 +43,34 @@ pub fn collect(evidence: &JobEvidence) -> Progress {
             let (pg, update): (Option<&PgId>, Update) = match &e.kind {
                 EventKind::WatchdogTimeout { pg, seq: Some(seq), op, numel_in, .. } => {
                     let (seq, op, numel) = (*seq, op.clone(), *numel_in);
-                    (pg.as_ref(), Box::new(move |p: &mut PgProgress| {
-                        raise(&mut p.last_enqueued, Some(seq));
-                        p.timed_out = Some((seq, op.clone(), numel));
-                    }))
+                    (
+                        pg.as_ref(),
+                        Box::new(move |p: &mut PgProgress| {
+                            raise(&mut p.last_enqueued, Some(seq));
+                            p.timed_out = Some((seq, op.clone(), numel));
+                        }),
+                    )
                 }
                 EventKind::PgStatus { pg, last_enqueued, last_started, last_completed, .. } => {
                     let (en, st, co) = (*last_enqueued, *last_started, *last_completed);
-                    (pg.as_ref(), Box::new(move |p: &mut PgProgress| {
-                        raise(&mut p.last_enqueued, en);
-                        raise(&mut p.last_started, st);
-                        raise(&mut p.last_completed, co);
-                    }))
+                    (
+                        pg.as_ref(),
+                        Box::new(move |p: &mut PgProgress| {
+                            raise(&mut p.last_enqueued, en);
+                            raise(&mut p.last_started, st);
+                            raise(&mut p.last_completed, co);
+                        }),
+                    )
                 }
                 EventKind::DumpSignal { pg, last_enqueued, last_completed, .. } => {
                     let (en, co) = (*last_enqueued, *last_completed);
-                    (pg.as_ref(), Box::new(move |p: &mut PgProgress| {
-                        raise(&mut p.last_enqueued, en);
-                        raise(&mut p.last_completed, co);
-                    }))
+                    (
+                        pg.as_ref(),
+                        Box::new(move |p: &mut PgProgress| {
+                            raise(&mut p.last_enqueued, en);
+                            raise(&mut p.last_completed, co);
+                        }),
+                    )
                 }
                 _ => continue,
             };
@@ -86,8 +95,7 @@ impl Progress {
     pub fn laggards(&self) -> Vec<(Rank, Option<SeqNo>, SeqNo, PgId)> {
         let mut out = Vec::new();
         for (pg, ranks) in &self.groups {
-            let Some(awaited) = ranks.values().filter_map(|p| p.timed_out.as_ref().map(|t| t.0)).max()
-            else {
+            let Some(awaited) = ranks.values().filter_map(|p| p.timed_out.as_ref().map(|t| t.0)).max() else {
                 continue;
             };
             for (rank, p) in ranks {

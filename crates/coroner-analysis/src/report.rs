@@ -10,21 +10,14 @@ use crate::pace;
 use crate::progress::Progress;
 use crate::rules::RuleSet;
 use coroner_model::{
-    format_rfc3339_ns, ClockEstimate, Event, EventKind, EvidenceLine, FaultClass,
-    FirstFailure, Rank, RankSummary, Report, Role, Stream, Verdict, REPORT_FORMAT_VERSION,
+    format_rfc3339_ns, ClockEstimate, Event, EventKind, EvidenceLine, FaultClass, FirstFailure, Rank, RankSummary, Report, Role, Stream, Verdict,
+    REPORT_FORMAT_VERSION,
 };
 
 /// At most this many cascade links are spelled out; the rest are counted.
 const MAX_CASCADE: usize = 64;
 
-pub fn build(
-    evidence: &JobEvidence,
-    rules: &RuleSet,
-    job: &ClassifiedJob<'_>,
-    clock: &ClockModel,
-    progress: &Progress,
-    diagnosis: &Diagnosis<'_>,
-) -> Report {
+pub fn build(evidence: &JobEvidence, rules: &RuleSet, job: &ClassifiedJob<'_>, clock: &ClockModel, progress: &Progress, diagnosis: &Diagnosis<'_>) -> Report {
     let mut notes = evidence.notes.clone();
     let first_failure = match (&diagnosis.first, diagnosis.verdict) {
         (Some(f), _) => Some(first_failure(evidence, job, clock, f)),
@@ -144,10 +137,7 @@ fn unexplained_failure(evidence: &JobEvidence) -> FirstFailure {
         time: None,
         host: None,
         confidence: 0.1,
-        summary: format!(
-            "ranks {} failed, but no line says why and the order is unknown",
-            crate::hang::join(&failed)
-        ),
+        summary: format!("ranks {} failed, but no line says why and the order is unknown", crate::hang::join(&failed)),
         rule: None,
         evidence: Vec::new(),
         candidates: failed,
@@ -197,13 +187,7 @@ fn host_of(evidence: &JobEvidence, rank: Rank) -> Option<String> {
     })
 }
 
-fn rank_summaries(
-    evidence: &JobEvidence,
-    job: &ClassifiedJob<'_>,
-    rules: &RuleSet,
-    clock: &ClockModel,
-    culprit: Option<Rank>,
-) -> Vec<RankSummary> {
+fn rank_summaries(evidence: &JobEvidence, job: &ClassifiedJob<'_>, rules: &RuleSet, clock: &ClockModel, culprit: Option<Rank>) -> Vec<RankSummary> {
     evidence
         .all_ranks()
         .into_iter()
@@ -215,8 +199,7 @@ fn rank_summaries(
                 "culprit"
             } else if job.with_role(rank, Role::Root).next().is_some() {
                 "failed"
-            } else if job.with_role(rank, Role::Symptom).next().is_some()
-                || evidence.end_of(rank).is_some_and(|e| rules.classify_end(e).role == Role::Symptom)
+            } else if job.with_role(rank, Role::Symptom).next().is_some() || evidence.end_of(rank).is_some_and(|e| rules.classify_end(e).role == Role::Symptom)
             {
                 "victim"
             } else if evidence.end_of(rank).is_some_and(|e| e.succeeded()) {
@@ -233,10 +216,7 @@ fn rank_summaries(
                 lines: ev.map(|e| e.lines).unwrap_or(0),
                 role: role.to_string(),
                 gpu_memory: gpu_memory::summary(evidence, clock, rank),
-                clock: ClockEstimate {
-                    uncertainty_ns: if est.uncertainty_ns >= UNKNOWN_UNCERTAINTY_NS { -1 } else { est.uncertainty_ns },
-                    ..est
-                },
+                clock: ClockEstimate { uncertainty_ns: if est.uncertainty_ns >= UNKNOWN_UNCERTAINTY_NS { -1 } else { est.uncertainty_ns }, ..est },
             }
         })
         .collect()

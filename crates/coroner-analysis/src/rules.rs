@@ -129,10 +129,7 @@ impl RuleSet {
     }
 
     fn classify_parts(&self, kind: &str, message: &str) -> Verdict<'_> {
-        let rule = self.rules.iter().find(|r| {
-            r.kinds.iter().any(|k| k == kind)
-                && r.message.as_ref().is_none_or(|re| re.is_match(message))
-        });
+        let rule = self.rules.iter().find(|r| r.kinds.iter().any(|k| k == kind) && r.message.as_ref().is_none_or(|re| re.is_match(message)));
         Verdict { rule, role: rule.map(|r| r.role).unwrap_or(Role::Noise) }
     }
 }
@@ -162,16 +159,7 @@ fn compile(spec: RuleSpec) -> Result<Rule, RulesError> {
     if !(0.0..=1.0).contains(&confidence) {
         return Err(bad(format!("confidence {confidence} is outside 0..1")));
     }
-    Ok(Rule {
-        id: spec.id,
-        kinds: spec.kinds,
-        message,
-        role,
-        class,
-        confidence,
-        summary: spec.summary,
-        advice: spec.advice,
-    })
+    Ok(Rule { id: spec.id, kinds: spec.kinds, message, role, class, confidence, summary: spec.summary, advice: spec.advice })
 }
 
 #[cfg(test)]
@@ -185,36 +173,24 @@ mod tests {
             if matches!(class, FaultClass::None | FaultClass::Hang) {
                 continue; // success and hangs are decided from progress, not from a line
             }
-            assert!(
-                rules.rules.iter().any(|r| r.class == Some(class) && r.advice.is_some()),
-                "no rule with advice for {class}"
-            );
+            assert!(rules.rules.iter().any(|r| r.class == Some(class) && r.advice.is_some()), "no rule with advice for {class}");
         }
     }
 
     #[test]
     fn bad_rules_are_refused_with_the_rule_named() {
-        let err = RuleSet::parse("version = 1\n[[rule]]\nid = \"x\"\nkinds = [\"exception\"]\nrole = \"root\"\n")
-            .unwrap_err();
+        let err = RuleSet::parse("version = 1\n[[rule]]\nid = \"x\"\nkinds = [\"exception\"]\nrole = \"root\"\n").unwrap_err();
         assert!(err.to_string().contains("\"x\""), "{err}");
         let err = RuleSet::parse("version = 2\n").unwrap_err();
         assert!(matches!(err, RulesError::Version(2)));
-        let err = RuleSet::parse(
-            "version = 1\n[[rule]]\nid = \"y\"\nkinds = [\"exception\"]\nmessage = \"(\"\nrole = \"noise\"\n",
-        )
-        .unwrap_err();
+        let err = RuleSet::parse("version = 1\n[[rule]]\nid = \"y\"\nkinds = [\"exception\"]\nmessage = \"(\"\nrole = \"noise\"\n").unwrap_err();
         assert!(err.to_string().contains("regex"), "{err}");
     }
 
     #[test]
     fn process_ends_are_classified_by_signal() {
         let rules = RuleSet::builtin();
-        let end = |signal: Option<i32>, exit_code: Option<i32>| ProcessEnd {
-            rank: coroner_model::Rank(0),
-            exit_code,
-            signal,
-            at_ns: None,
-        };
+        let end = |signal: Option<i32>, exit_code: Option<i32>| ProcessEnd { rank: coroner_model::Rank(0), exit_code, signal, at_ns: None };
         assert_eq!(rules.classify_end(&end(Some(11), None)).class(), Some(FaultClass::Segfault));
         assert_eq!(rules.classify_end(&end(Some(9), None)).class(), Some(FaultClass::Killed));
         assert_eq!(rules.classify_end(&end(Some(15), None)).role, Role::Symptom);

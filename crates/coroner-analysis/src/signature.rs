@@ -144,18 +144,14 @@ static MASKS: LazyLock<Vec<Mask>> = LazyLock::new(|| {
         mask(r#"(^|[\s'"=(\[])(?:~|\.{1,2})?/[^\s'",()\[\]{}:;]+"#, "${1}<path>"),
         // Hex: 0x..., and long bare hex runs with a letter in them (pointers, hashes, ids).
         mask(r"(?i)\b0x[0-9a-f]+\b", "<hex>"),
-        mask_unless(r"(?i)\b[0-9a-f]{6,}\b", "<hex>", |m| {
-            !(m.bytes().any(|b| b.is_ascii_alphabetic()) && m.bytes().any(|b| b.is_ascii_digit()))
-        }),
+        mask_unless(r"(?i)\b[0-9a-f]{6,}\b", "<hex>", |m| !(m.bytes().any(|b| b.is_ascii_alphabetic()) && m.bytes().any(|b| b.is_ascii_digit()))),
         // Tensor shapes: torch.Size([2, 3]), [2, 3, 4], (2, 3), 64x128.
         mask(r"torch\.Size\(\[[\d,\s]*\]\)", "<shape>"),
         mask(r"\[\s*\d+(?:\s*,\s*\d+)+\s*\]|\(\s*\d+(?:\s*,\s*\d+)+\s*,?\s*\)|\b\d+(?:x\d+)+\b", "<shape>"),
         // Host names that carry digits: gpu-node-017, node17.cluster.local, ip-10-0-0-1.
-        mask_unless(
-            r"(?i)\b[a-z][a-z0-9]*(?:-[a-z0-9]+)*-\d+[a-z0-9]*(?:-[a-z0-9]+)*(?:\.[a-z][a-z0-9-]*)*\b",
-            "<host>",
-            |m| NOT_HOSTS.contains(&m.to_ascii_lowercase().as_str()),
-        ),
+        mask_unless(r"(?i)\b[a-z][a-z0-9]*(?:-[a-z0-9]+)*-\d+[a-z0-9]*(?:-[a-z0-9]+)*(?:\.[a-z][a-z0-9-]*)*\b", "<host>", |m| {
+            NOT_HOSTS.contains(&m.to_ascii_lowercase().as_str())
+        }),
         mask(r"(?i)\b[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z][a-z0-9-]*)+\b", "<host>"),
         // Ids glued to a word: rank3, pid=123 is a number below.
         mask(r"(?i)\b(rank|default|node|gpu|cuda|device|dev|worker|thread|tid|pid)\d+\b", "${1}<num>"),
@@ -220,9 +216,7 @@ fn nccl_bus_id(s: &str) -> Option<String> {
 }
 
 fn xid_pci(line: &str) -> Option<String> {
-    static XID: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"Xid \((?:PCI:)?([0-9a-fA-F:.]+)\)").expect("valid")
-    });
+    static XID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"Xid \((?:PCI:)?([0-9a-fA-F:.]+)\)").expect("valid"));
     XID.captures(line).map(|c| canonical_pci(&c[1]))
 }
 
@@ -287,19 +281,12 @@ fn rank_gpu(ev: &JobEvidence, rank: Rank) -> Option<String> {
 
 /// A GPU with uncorrectable errors or retired pages in the culprit's `nvidia-smi` snapshot.
 fn nvidia_smi_gpu(report: &Report, rank: Option<Rank>) -> Option<String> {
-    static GPU: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"^GPU \d+ .*?\(([0-9a-fA-F:.]+)\): .*?(\d+) uncorrectable ECC(.*)$").expect("valid")
-    });
-    report
-        .snapshots
-        .iter()
-        .filter(|s| s.kind == "nvidia_smi" && (s.rank == rank || s.rank.is_none()))
-        .flat_map(|s| &s.highlights)
-        .find_map(|h| {
-            let c = GPU.captures(h)?;
-            let bad = &c[2] != "0" || c[3].contains("retired") || c[3].contains("remapped");
-            bad.then(|| canonical_pci(&c[1]))
-        })
+    static GPU: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^GPU \d+ .*?\(([0-9a-fA-F:.]+)\): .*?(\d+) uncorrectable ECC(.*)$").expect("valid"));
+    report.snapshots.iter().filter(|s| s.kind == "nvidia_smi" && (s.rank == rank || s.rank.is_none())).flat_map(|s| &s.highlights).find_map(|h| {
+        let c = GPU.captures(h)?;
+        let bad = &c[2] != "0" || c[3].contains("retired") || c[3].contains("remapped");
+        bad.then(|| canonical_pci(&c[1]))
+    })
 }
 
 /// The collective the culprit was in: its pending one in the report, else its watchdog timeout,

@@ -132,8 +132,12 @@ fn a_signature_reads_the_root_events_message_frames_and_gpu() {
         Frame { file: "/usr/lib/torch/nn/modules/linear.py".into(), line: Some(125), function: "forward".into() },
     ];
     let mut rank = RankEvidence::default();
-    rank.events.push(event(text, EventKind::Exception { exc_type: "torch.OutOfMemoryError".into(), message: "CUDA out of memory. Tried to allocate 2.00 GiB".into(), frames }));
-    rank.events.push(event("init", EventKind::NcclInit { host: "vm".into(), pid: 1, rank: Rank(1), nranks: 2, cuda_dev: Some(1), bus_id: Some("18000".into()) }));
+    rank.events.push(event(
+        text,
+        EventKind::Exception { exc_type: "torch.OutOfMemoryError".into(), message: "CUDA out of memory. Tried to allocate 2.00 GiB".into(), frames },
+    ));
+    rank.events
+        .push(event("init", EventKind::NcclInit { host: "vm".into(), pid: 1, rank: Rank(1), nranks: 2, cuda_dev: Some(1), bus_id: Some("18000".into()) }));
     ev.ranks.insert(Rank(1), rank);
 
     let s = signature(&r, Some(&ev)).expect("a failed report has a signature");

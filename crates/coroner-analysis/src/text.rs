@@ -16,7 +16,14 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         }
         (Verdict::Succeeded, _) => writeln!(out, "SUCCEEDED: job {} - no line reports a failure (how the processes ended is not in these logs)", r.job_id)?,
         (v, Some(f)) if f.rank.is_none() && f.rule.as_deref() == Some("stopped-from-outside") => {
-            writeln!(out, "{}: job {} - stopped from outside, no rank failed first: {} (confidence {:.2})", v.as_str().to_uppercase(), r.job_id, f.class, f.confidence)?;
+            writeln!(
+                out,
+                "{}: job {} - stopped from outside, no rank failed first: {} (confidence {:.2})",
+                v.as_str().to_uppercase(),
+                r.job_id,
+                f.class,
+                f.confidence
+            )?;
             write_first(out, f)?;
         }
         (v, Some(f)) if f.rank.is_none() && f.summary.starts_with("the culprit is not in these logs") => {
@@ -49,8 +56,15 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         writeln!(out, "\nCollectives (pg, rank: last enqueued / completed, pending):")?;
         for c in &r.collectives {
             let n = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
-            writeln!(out, "  pg {} rank {}: {} / {}{}", c.pg, c.rank, n(c.last_enqueued), n(c.last_completed),
-                c.pending.as_ref().map(|p| format!(", waiting in {p}")).unwrap_or_default())?;
+            writeln!(
+                out,
+                "  pg {} rank {}: {} / {}{}",
+                c.pg,
+                c.rank,
+                n(c.last_enqueued),
+                n(c.last_completed),
+                c.pending.as_ref().map(|p| format!(", waiting in {p}")).unwrap_or_default()
+            )?;
         }
     }
     if let Some(fr) = &r.flight_recorder {
@@ -66,16 +80,28 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         } else {
             format!("clock {:+.3} s +/- {:.3} s ({})", rk.clock.offset_ns as f64 / 1e9, rk.clock.uncertainty_ns as f64 / 1e9, rk.clock.source)
         };
-        writeln!(out, "  rank {:>5} {:<8} {:<28} last step {:<6} {} lines, {clock}",
-            rk.rank.0, rk.role, rk.ended.clone().unwrap_or_else(|| "end unknown".into()),
-            rk.last_step.map(|s| s.to_string()).unwrap_or_else(|| "-".into()), rk.lines)?;
+        writeln!(
+            out,
+            "  rank {:>5} {:<8} {:<28} last step {:<6} {} lines, {clock}",
+            rk.rank.0,
+            rk.role,
+            rk.ended.clone().unwrap_or_else(|| "end unknown".into()),
+            rk.last_step.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+            rk.lines
+        )?;
     }
     if !r.snapshots.is_empty() {
         writeln!(out, "\nSnapshots:")?;
         for s in &r.snapshots {
             let rank = s.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
-            writeln!(out, "  rank {rank} {} {} ({} bytes){}", s.kind, s.name, s.size,
-                if s.highlights.is_empty() { String::new() } else { format!(": {}", s.highlights.join("; ")) })?;
+            writeln!(
+                out,
+                "  rank {rank} {} {} ({} bytes){}",
+                s.kind,
+                s.name,
+                s.size,
+                if s.highlights.is_empty() { String::new() } else { format!(": {}", s.highlights.join("; ")) }
+            )?;
         }
     }
     if !r.advice.is_empty() {

@@ -5,8 +5,8 @@ use crate::logfile::{looks_like_text, split_log};
 use crate::snapshots::scan_snapshots;
 use crate::walk::{Entry, Scope};
 use crate::BundleError;
-use coroner_model::{LogLine, Nanos, ProcessEnd, Rank, Stream};
 use crate::Sink;
+use coroner_model::{LogLine, Nanos, ProcessEnd, Rank, Stream};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,9 +53,7 @@ pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary,
         }
     }
     if summary.lines == 0 {
-        return Err(BundleError::Empty {
-            paths: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
-        });
+        return Err(BundleError::Empty { paths: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") });
     }
     for w in &summary.warnings {
         sink.note(w.clone());
@@ -65,16 +63,12 @@ pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary,
 }
 
 fn is_bundle(dir: &Path) -> bool {
-    ["exits.json", "meta.json", "launcher.lines.jsonl", "rank0.lines.jsonl"]
-        .iter()
-        .any(|f| dir.join(f).is_file())
+    ["exits.json", "meta.json", "launcher.lines.jsonl", "rank0.lines.jsonl"].iter().any(|f| dir.join(f).is_file())
         || list(dir).iter().any(|p| file_name(p).ends_with(".lines.jsonl"))
 }
 
 fn list(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
     v.sort();
     v
 }
@@ -162,12 +156,9 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
                 world_size = world_size.or(exits.world_size);
                 for (key, rec) in exits.ranks {
                     match key.parse::<u32>() {
-                        Ok(r) if world_size.is_none_or(|w| r < w) => sink.end(ProcessEnd {
-                            rank: Rank(r),
-                            exit_code: rec.exit_code,
-                            signal: rec.signal,
-                            at_ns: None,
-                        }),
+                        Ok(r) if world_size.is_none_or(|w| r < w) => {
+                            sink.end(ProcessEnd { rank: Rank(r), exit_code: rec.exit_code, signal: rec.signal, at_ns: None });
+                        }
                         _ => summary.warnings.push(format!("exits.json: rank {key:?} is not a rank of this job; ignored")),
                     }
                 }
@@ -314,9 +305,7 @@ fn load_folder(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary, depth
 fn load_stdin(sink: &mut dyn Sink, summary: &mut LoadSummary) -> Result<(), BundleError> {
     use std::io::Read;
     let mut bytes = Vec::new();
-    std::io::stdin()
-        .read_to_end(&mut bytes)
-        .map_err(|e| BundleError::Io { path: PathBuf::from("-"), source: e })?;
+    std::io::stdin().read_to_end(&mut bytes).map_err(|e| BundleError::Io { path: PathBuf::from("-"), source: e })?;
     summary.files += 1;
     let now = coroner_model::now_ns();
     load_log_bytes("standard input", &bytes, None, Stream::File, now, sink, summary);
@@ -363,7 +352,9 @@ fn load_log_bytes(name: &str, bytes: &[u8], rank: Option<Rank>, stream: Stream, 
         coroner_parse::time::printed_time(&String::from_utf8_lossy(&rest[..rest.len().min(256)]), fallback_ns).is_some()
     };
     if !bytes.is_empty() && !lines.iter().any(dated) {
-        summary.warnings.push(format!("{name}: no line carries a time of its own, so its times in the report are when the file was last written (or read), not when it happened"));
+        summary.warnings.push(format!(
+            "{name}: no line carries a time of its own, so its times in the report are when the file was last written (or read), not when it happened"
+        ));
     }
     if rank.is_some() {
         push_all(sink, lines, summary);
@@ -377,11 +368,7 @@ fn load_log_bytes(name: &str, bytes: &[u8], rank: Option<Rank>, stream: Stream, 
 pub fn rank_from_name(path: &Path) -> Option<Rank> {
     let name = file_name(path).to_ascii_lowercase();
     let at = name.rfind("rank")?;
-    let digits: String = name[at + 4..]
-        .trim_start_matches(['-', '_', '.'])
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
+    let digits: String = name[at + 4..].trim_start_matches(['-', '_', '.']).chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok().map(Rank)
 }
 

@@ -9,10 +9,7 @@ pub fn looks_like_text(head: &[u8]) -> bool {
     if head.is_empty() {
         return true;
     }
-    let bad = head
-        .iter()
-        .filter(|&&b| b == 0 || (b < 0x20 && !matches!(b, b'\n' | b'\r' | b'\t' | 0x1b)))
-        .count();
+    let bad = head.iter().filter(|&&b| b == 0 || (b < 0x20 && !matches!(b, b'\n' | b'\r' | b'\t' | 0x1b))).count();
     bad * 100 < head.len()
 }
 

@@ -65,7 +65,10 @@ pub fn main(args: &[String]) -> Result<ExitCode, String> {
     if o.show {
         let rules = coroner_analysis::RuleSet::builtin();
         for x in &listed {
-            println!("===== {} ({}) expected {:?} {:?} culprit {:?}", x.case.id, x.case.label.shape, x.case.label.verdict, x.case.label.classes, x.case.label.culprit);
+            println!(
+                "===== {} ({}) expected {:?} {:?} culprit {:?}",
+                x.case.id, x.case.label.shape, x.case.label.verdict, x.case.label.classes, x.case.label.culprit
+            );
             match coroner_bundle::analyze(&x.case.input_paths(), &x.case.id, &rules) {
                 Ok(a) => print!("{}", coroner_analysis::text::render(&a.report)),
                 Err(e) => println!("error: {e}"),

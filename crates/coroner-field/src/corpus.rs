@@ -33,7 +33,11 @@ impl Half {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
-        if h % 2 == 0 { Half::Dev } else { Half::Held }
+        if h % 2 == 0 {
+            Half::Dev
+        } else {
+            Half::Held
+        }
     }
 
     pub fn as_str(self) -> &'static str {
@@ -56,9 +60,7 @@ impl Case {
     /// several as their folder.
     pub fn input_paths(&self) -> Vec<PathBuf> {
         let input = self.dir.join("input");
-        let files: Vec<PathBuf> = std::fs::read_dir(&input)
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default();
+        let files: Vec<PathBuf> = std::fs::read_dir(&input).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
         match files.as_slice() {
             [one] if one.is_file() => vec![one.clone()],
             _ => vec![input],

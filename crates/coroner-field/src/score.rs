@@ -114,11 +114,19 @@ impl Tally {
     }
 
     pub fn pct(&self) -> f64 {
-        if self.n == 0 { 100.0 } else { 100.0 * f64::from(self.right) / f64::from(self.n) }
+        if self.n == 0 {
+            100.0
+        } else {
+            100.0 * f64::from(self.right) / f64::from(self.n)
+        }
     }
 
     pub fn baseline_pct(&self) -> f64 {
-        if self.n == 0 { 100.0 } else { 100.0 * f64::from(self.baseline_right) / f64::from(self.n) }
+        if self.n == 0 {
+            100.0
+        } else {
+            100.0 * f64::from(self.baseline_right) / f64::from(self.n)
+        }
     }
 }
 
@@ -214,8 +222,12 @@ impl Scores {
         let _ = writeln!(out, "dev half:  {}", self.cell(&self.half(Half::Dev)));
         let _ = writeln!(out, "held half: {}", self.cell(&self.half(Half::Held)));
         let _ = writeln!(out, "total:     {}", self.cell(&self.total));
-        let _ = writeln!(out, "\"no failure found\" on failed cases: {}{}", self.silent_misses.len(),
-            if self.silent_misses.is_empty() { String::new() } else { format!(" ({})", self.silent_misses.join(", ")) });
+        let _ = writeln!(
+            out,
+            "\"no failure found\" on failed cases: {}{}",
+            self.silent_misses.len(),
+            if self.silent_misses.is_empty() { String::new() } else { format!(" ({})", self.silent_misses.join(", ")) }
+        );
         out
     }
 

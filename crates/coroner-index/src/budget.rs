@@ -46,15 +46,7 @@ impl Budget {
     /// `stop`: raised by the caller to end it now.
     pub fn new(limits: QueryLimits, timeout: Option<Duration>, max_docs: u64, stop: Arc<AtomicBool>) -> Budget {
         let started = Instant::now();
-        Budget {
-            limits,
-            started,
-            deadline: timeout.map(|t| started + t),
-            max_docs,
-            stop,
-            docs: AtomicU64::new(0),
-            exceeded: AtomicU8::new(WITHIN),
-        }
+        Budget { limits, started, deadline: timeout.map(|t| started + t), max_docs, stop, docs: AtomicU64::new(0), exceeded: AtomicU8::new(WITHIN) }
     }
 
     /// Whether the caller raised the stop flag.
@@ -126,12 +118,7 @@ impl<C: Collector> Collector for Budgeted<'_, C> {
         self.inner.merge_fruits(fruits)
     }
 
-    fn collect_segment(
-        &self,
-        weight: &dyn Weight,
-        ord: SegmentOrdinal,
-        reader: &SegmentReader,
-    ) -> tantivy::Result<<C::Child as SegmentCollector>::Fruit> {
+    fn collect_segment(&self, weight: &dyn Weight, ord: SegmentOrdinal, reader: &SegmentReader) -> tantivy::Result<<C::Child as SegmentCollector>::Fruit> {
         if !self.budget.spend(0) {
             return Err(cut_short());
         }

@@ -24,28 +24,18 @@ struct Columns {
 impl Columns {
     fn open(segment: &SegmentReader) -> tantivy::Result<Columns> {
         let ff = segment.fast_fields();
-        Ok(Columns {
-            origin: ff.u64(F_ORIGIN)?,
-            seq: ff.u64(F_SEQ)?,
-            capture: ff.i64(F_CAPTURE)?,
-        })
+        Ok(Columns { origin: ff.u64(F_ORIGIN)?, seq: ff.u64(F_SEQ)?, capture: ff.i64(F_CAPTURE)? })
     }
 
     fn key(&self, doc: DocId) -> SortKey {
-        (
-            self.capture.first(doc).unwrap_or_default(),
-            self.origin.first(doc).unwrap_or_default(),
-            self.seq.first(doc).unwrap_or_default(),
-        )
+        (self.capture.first(doc).unwrap_or_default(), self.origin.first(doc).unwrap_or_default(), self.seq.first(doc).unwrap_or_default())
     }
 }
 
 fn in_windows(windows: &Option<Windows>, key: &SortKey) -> bool {
     match windows {
         None => true,
-        Some(w) => w
-            .get(&(key.1 >> 2))
-            .is_some_and(|&(lo, hi)| lo <= key.0 && key.0 <= hi),
+        Some(w) => w.get(&(key.1 >> 2)).is_some_and(|&(lo, hi)| lo <= key.0 && key.0 <= hi),
     }
 }
 
@@ -57,10 +47,7 @@ struct SmallestK<K: Ord> {
 
 impl<K: Ord> SmallestK<K> {
     fn new(k: usize) -> Self {
-        SmallestK {
-            k,
-            heap: BinaryHeap::with_capacity(k.min(4096) + 1),
-        }
+        SmallestK { k, heap: BinaryHeap::with_capacity(k.min(4096) + 1) }
     }
 
     fn offer(&mut self, key: K, addr: DocAddress) {
@@ -107,11 +94,7 @@ impl Collector for PageCollector {
     type Fruit = (u64, Vec<(SortKey, DocAddress)>);
     type Child = PageSegment;
 
-    fn for_segment(
-        &self,
-        segment: SegmentOrdinal,
-        reader: &SegmentReader,
-    ) -> tantivy::Result<PageSegment> {
+    fn for_segment(&self, segment: SegmentOrdinal, reader: &SegmentReader) -> tantivy::Result<PageSegment> {
         Ok(PageSegment {
             cols: Columns::open(reader)?,
             segment,
@@ -127,15 +110,9 @@ impl Collector for PageCollector {
         false
     }
 
-    fn merge_fruits(
-        &self,
-        parts: Vec<(u64, Vec<(SortKey, DocAddress)>)>,
-    ) -> tantivy::Result<Self::Fruit> {
+    fn merge_fruits(&self, parts: Vec<(u64, Vec<(SortKey, DocAddress)>)>) -> tantivy::Result<Self::Fruit> {
         let total = parts.iter().map(|p| p.0).sum();
-        Ok((
-            total,
-            merge_smallest(self.limit, parts.into_iter().map(|p| p.1).collect()),
-        ))
+        Ok((total, merge_smallest(self.limit, parts.into_iter().map(|p| p.1).collect())))
     }
 }
 
@@ -179,15 +156,8 @@ impl Collector for OriginStatsCollector {
     type Fruit = HashMap<u64, OriginStats>;
     type Child = OriginStatsSegment;
 
-    fn for_segment(
-        &self,
-        _: SegmentOrdinal,
-        reader: &SegmentReader,
-    ) -> tantivy::Result<OriginStatsSegment> {
-        Ok(OriginStatsSegment {
-            cols: Columns::open(reader)?,
-            stats: HashMap::new(),
-        })
+    fn for_segment(&self, _: SegmentOrdinal, reader: &SegmentReader) -> tantivy::Result<OriginStatsSegment> {
+        Ok(OriginStatsSegment { cols: Columns::open(reader)?, stats: HashMap::new() })
     }
 
     fn requires_scoring(&self) -> bool {
@@ -240,17 +210,8 @@ impl Collector for SeqChunkCollector {
     type Fruit = Vec<(u64, DocAddress)>;
     type Child = SeqChunkSegment;
 
-    fn for_segment(
-        &self,
-        segment: SegmentOrdinal,
-        reader: &SegmentReader,
-    ) -> tantivy::Result<SeqChunkSegment> {
-        Ok(SeqChunkSegment {
-            seq: reader.fast_fields().u64(F_SEQ)?,
-            segment,
-            from: self.from,
-            top: SmallestK::new(self.k),
-        })
+    fn for_segment(&self, segment: SegmentOrdinal, reader: &SegmentReader) -> tantivy::Result<SeqChunkSegment> {
+        Ok(SeqChunkSegment { seq: reader.fast_fields().u64(F_SEQ)?, segment, from: self.from, top: SmallestK::new(self.k) })
     }
 
     fn requires_scoring(&self) -> bool {

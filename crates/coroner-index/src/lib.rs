@@ -32,10 +32,7 @@ use tantivy::directory::MmapDirectory;
 use tantivy::indexer::UserOperation;
 use tantivy::query::{AllQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
-use tantivy::{
-    Executor, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument,
-    TantivyError, Term,
-};
+use tantivy::{Executor, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, TantivyError, Term};
 
 /// The writer's memory budget, shared by its indexing threads.
 const WRITER_HEAP_BYTES: usize = 50_000_000;
@@ -61,10 +58,7 @@ fn search_executor() -> Executor {
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     #[error("cannot create the index folder {path}: {source} (check the path and permissions)")]
-    CreateDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    CreateDir { path: PathBuf, source: std::io::Error },
     #[error("cannot open the index at {path}: {source} (check the path and permissions, or move a damaged index away)")]
     Open { path: PathBuf, source: TantivyError },
     #[error("the index at {0} is locked by another writer (is another coronerd running on this data dir?)")]
@@ -104,9 +98,7 @@ pub struct JobIndex {
 
 impl std::fmt::Debug for JobIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobIndex")
-            .field("dir", &self.dir)
-            .finish_non_exhaustive()
+        f.debug_struct("JobIndex").field("dir", &self.dir).finish_non_exhaustive()
     }
 }
 
@@ -114,24 +106,14 @@ impl JobIndex {
     /// Opens the index in `dir`, creating the folder and an empty index when there is none.
     /// Fails with [`IndexError::Locked`] when another writer holds the folder.
     pub fn open_or_create(dir: &Path) -> Result<JobIndex, IndexError> {
-        let open_err = |source| IndexError::Open {
-            path: dir.to_path_buf(),
-            source,
-        };
-        std::fs::create_dir_all(dir).map_err(|source| IndexError::CreateDir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        let open_err = |source| IndexError::Open { path: dir.to_path_buf(), source };
+        std::fs::create_dir_all(dir).map_err(|source| IndexError::CreateDir { path: dir.to_path_buf(), source })?;
         let directory = MmapDirectory::open(dir).map_err(|e| open_err(e.into()))?;
         let exists = Index::exists(&directory).map_err(|e| open_err(e.into()))?;
         let (index, fields) = if exists {
             // An index keeps the schema it was created with: take its fields by name.
             let index = Index::open(directory).map_err(open_err)?;
-            let fields = Fields::resolve(&index.schema()).map_err(|why| {
-                open_err(TantivyError::SchemaError(format!(
-                    "not a coroner line index: {why}"
-                )))
-            })?;
+            let fields = Fields::resolve(&index.schema()).map_err(|why| open_err(TantivyError::SchemaError(format!("not a coroner line index: {why}"))))?;
             (index, fields)
         } else {
             let (schema, fields) = build_schema();
@@ -140,18 +122,8 @@ impl JobIndex {
         let mut index = index;
         index.set_executor(search_executor());
         let writer = open_writer(&index, dir)?;
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()
-            .map_err(open_err)?;
-        Ok(JobIndex {
-            dir: dir.to_path_buf(),
-            index,
-            fields,
-            writer: Mutex::new(Some(writer)),
-            reader,
-        })
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(open_err)?;
+        Ok(JobIndex { dir: dir.to_path_buf(), index, fields, writer: Mutex::new(Some(writer)), reader })
     }
 
     /// The folder the index lives in.
@@ -246,22 +218,11 @@ impl JobIndex {
         } else {
             None
         };
-        let hits = top
-            .iter()
-            .map(|(_, addr)| self.load(&searcher, *addr))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(SearchPage {
-            hits,
-            total,
-            next_cursor,
-        })
+        let hits = top.iter().map(|(_, addr)| self.load(&searcher, *addr)).collect::<Result<Vec<_>, _>>()?;
+        Ok(SearchPage { hits, total, next_cursor })
     }
 
-    fn load(
-        &self,
-        searcher: &Searcher,
-        addr: tantivy::DocAddress,
-    ) -> Result<IndexedLine, IndexError> {
+    fn load(&self, searcher: &Searcher, addr: tantivy::DocAddress) -> Result<IndexedLine, IndexError> {
         let doc: TantivyDocument = searcher.doc(addr)?;
         from_document(&self.fields, &doc)
     }
@@ -284,14 +245,8 @@ impl JobIndex {
 
     /// Highest committed seq + 1 per (rank, stream): where an agent resumes.
     pub fn stream_positions(&self) -> Result<BTreeMap<(Option<u32>, Stream), u64>, IndexError> {
-        let stats = self
-            .reader
-            .searcher()
-            .search(&AllQuery, &OriginStatsCollector)?;
-        Ok(stats
-            .into_iter()
-            .map(|(origin, s)| (unpack_origin(origin), s.max_seq.saturating_add(1)))
-            .collect())
+        let stats = self.reader.searcher().search(&AllQuery, &OriginStatsCollector)?;
+        Ok(stats.into_iter().map(|(origin, s)| (unpack_origin(origin), s.max_seq.saturating_add(1))).collect())
     }
 
     /// Every committed line, ordered by (rank, stream, seq), handed to `f` one at a time; at
@@ -300,24 +255,12 @@ impl JobIndex {
     /// (which ingest deduplicates) may be handed over only once.
     pub fn for_each_line(&self, mut f: impl FnMut(IndexedLine)) -> Result<(), IndexError> {
         let searcher = self.reader.searcher();
-        let origins: BTreeMap<u64, _> = searcher
-            .search(&AllQuery, &OriginStatsCollector)?
-            .into_iter()
-            .collect();
+        let origins: BTreeMap<u64, _> = searcher.search(&AllQuery, &OriginStatsCollector)?.into_iter().collect();
         for origin in origins.keys() {
-            let query = TermQuery::new(
-                Term::from_field_u64(self.fields.origin, *origin),
-                IndexRecordOption::Basic,
-            );
+            let query = TermQuery::new(Term::from_field_u64(self.fields.origin, *origin), IndexRecordOption::Basic);
             let mut from = 0u64;
             loop {
-                let chunk = searcher.search(
-                    &query,
-                    &SeqChunkCollector {
-                        from,
-                        k: REPLAY_CHUNK,
-                    },
-                )?;
+                let chunk = searcher.search(&query, &SeqChunkCollector { from, k: REPLAY_CHUNK })?;
                 for (_, addr) in &chunk {
                     f(self.load(&searcher, *addr)?);
                 }

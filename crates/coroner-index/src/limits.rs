@@ -93,25 +93,16 @@ pub fn check_query(query: &str, limits: &QueryLimits) -> Result<(), QueryRefused
     if deepest > limits.max_depth {
         return Err(QueryRefused {
             limit: "query_depth",
-            message: format!(
-                "the query nests parentheses {deepest} deep, more than the {} this server takes; flatten it",
-                limits.max_depth
-            ),
+            message: format!("the query nests parentheses {deepest} deep, more than the {} this server takes; flatten it", limits.max_depth),
         });
     }
     // Operators are words too: count them out of the clauses.
-    let operators = query
-        .split(|c: char| c.is_ascii_whitespace() || c == '(' || c == ')')
-        .filter(|w| matches!(*w, "AND" | "OR" | "NOT" | "TO" | "IN"))
-        .count();
+    let operators = query.split(|c: char| c.is_ascii_whitespace() || c == '(' || c == ')').filter(|w| matches!(*w, "AND" | "OR" | "NOT" | "TO" | "IN")).count();
     let clauses = clauses.saturating_sub(operators);
     if clauses > limits.max_clauses {
         return Err(QueryRefused {
             limit: "query_clauses",
-            message: format!(
-                "the query has {clauses} clauses, more than the {} this server takes; search for fewer terms at once",
-                limits.max_clauses
-            ),
+            message: format!("the query has {clauses} clauses, more than the {} this server takes; search for fewer terms at once", limits.max_clauses),
         });
     }
     Ok(())

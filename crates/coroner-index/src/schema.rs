@@ -82,10 +82,7 @@ pub(crate) const F_CAPTURE: &str = "capture_ns";
 /// written before kept it indexed; they open unchanged (see [`Fields::resolve`]).
 pub(crate) fn build_schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let all_num = NumericOptions::default()
-        .set_indexed()
-        .set_fast()
-        .set_stored();
+    let all_num = NumericOptions::default().set_indexed().set_fast().set_stored();
     let fields = Fields {
         // TEXT indexes positions, so phrase queries work; the default tokenizer lowercases.
         text: b.add_text_field("text", TEXT | STORED),
@@ -94,10 +91,7 @@ pub(crate) fn build_schema() -> (Schema, Fields) {
         stream: b.add_text_field("stream", STRING | STORED),
         origin: b.add_u64_field(F_ORIGIN, INDEXED | FAST),
         seq: b.add_u64_field(F_SEQ, all_num.clone()),
-        capture_ns: b.add_i64_field(
-            F_CAPTURE,
-            NumericOptions::default().set_fast().set_stored(),
-        ),
+        capture_ns: b.add_i64_field(F_CAPTURE, NumericOptions::default().set_fast().set_stored()),
         host: b.add_text_field("host", STRING | STORED),
         severity: b.add_text_field("severity", STRING | STORED),
     };
@@ -108,11 +102,7 @@ impl Fields {
     /// The fields of an existing index's schema, by name (an index written by an earlier
     /// version may differ in options, never in names).
     pub(crate) fn resolve(schema: &Schema) -> Result<Fields, String> {
-        let get = |name: &str| {
-            schema
-                .get_field(name)
-                .map_err(|_| format!("it has no field {name:?}"))
-        };
+        let get = |name: &str| schema.get_field(name).map_err(|_| format!("it has no field {name:?}"));
         let fast = |name: &str| {
             let f = get(name)?;
             if schema.get_field_entry(f).is_fast() {
@@ -159,11 +149,7 @@ pub(crate) fn origin(rank: Option<u32>, stream: Stream) -> u64 {
 
 pub(crate) fn unpack_origin(o: u64) -> (Option<u32>, Stream) {
     let rank_key = o >> 2;
-    let rank = if rank_key == 0 {
-        None
-    } else {
-        u32::try_from(rank_key - 1).ok()
-    };
+    let rank = if rank_key == 0 { None } else { u32::try_from(rank_key - 1).ok() };
     (rank, stream_from_code(o & 3))
 }
 
@@ -188,42 +174,20 @@ pub(crate) fn to_document(f: &Fields, line: LineRef<'_>) -> TantivyDocument {
 }
 
 pub(crate) fn from_document(f: &Fields, doc: &TantivyDocument) -> Result<IndexedLine, IndexError> {
-    let text = |field: Field| -> String {
-        doc.get_first(field)
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_string()
-    };
+    let text = |field: Field| -> String { doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string() };
     let bytes = match doc.get_first(f.raw).and_then(|v| v.as_bytes()) {
         Some(raw) => raw.to_vec(),
         None => text(f.text).into_bytes(),
     };
     let stream_name = text(f.stream);
-    let stream = Stream::parse(&stream_name)
-        .ok_or_else(|| IndexError::Corrupt(format!("stored stream {stream_name:?} is unknown")))?;
+    let stream = Stream::parse(&stream_name).ok_or_else(|| IndexError::Corrupt(format!("stored stream {stream_name:?} is unknown")))?;
     let rank = match doc.get_first(f.rank).and_then(|v| v.as_u64()) {
         None | Some(NO_RANK) => None,
-        Some(r) => Some(u32::try_from(r).map_err(|_| {
-            IndexError::Corrupt(format!("stored rank {r} does not fit in 32 bits"))
-        })?),
+        Some(r) => Some(u32::try_from(r).map_err(|_| IndexError::Corrupt(format!("stored rank {r} does not fit in 32 bits")))?),
     };
-    let seq = doc
-        .get_first(f.seq)
-        .and_then(|v| v.as_u64())
-        .ok_or_else(|| IndexError::Corrupt("a stored line has no seq".to_string()))?;
-    let capture_ns = doc
-        .get_first(f.capture_ns)
-        .and_then(|v| v.as_i64())
-        .ok_or_else(|| IndexError::Corrupt("a stored line has no capture_ns".to_string()))?;
-    Ok(IndexedLine {
-        rank,
-        stream,
-        seq,
-        capture_ns,
-        host: text(f.host),
-        severity: text(f.severity),
-        bytes,
-    })
+    let seq = doc.get_first(f.seq).and_then(|v| v.as_u64()).ok_or_else(|| IndexError::Corrupt("a stored line has no seq".to_string()))?;
+    let capture_ns = doc.get_first(f.capture_ns).and_then(|v| v.as_i64()).ok_or_else(|| IndexError::Corrupt("a stored line has no capture_ns".to_string()))?;
+    Ok(IndexedLine { rank, stream, seq, capture_ns, host: text(f.host), severity: text(f.severity), bytes })
 }
 
 #[cfg(test)]

@@ -69,18 +69,9 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<SortKey, IndexError> {
     if parts.next() != Some(CURSOR_VERSION) {
         return Err(bad());
     }
-    let capture = parts
-        .next()
-        .and_then(|p| p.parse::<i64>().ok())
-        .ok_or_else(bad)?;
-    let origin = parts
-        .next()
-        .and_then(|p| p.parse::<u64>().ok())
-        .ok_or_else(bad)?;
-    let seq = parts
-        .next()
-        .and_then(|p| p.parse::<u64>().ok())
-        .ok_or_else(bad)?;
+    let capture = parts.next().and_then(|p| p.parse::<i64>().ok()).ok_or_else(bad)?;
+    let origin = parts.next().and_then(|p| p.parse::<u64>().ok()).ok_or_else(bad)?;
+    let seq = parts.next().and_then(|p| p.parse::<u64>().ok()).ok_or_else(bad)?;
     if parts.next().is_some() {
         return Err(bad());
     }
@@ -88,12 +79,7 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<SortKey, IndexError> {
 }
 
 /// Parses the text query; an empty one matches everything.
-pub(crate) fn parse_text_query(
-    index: &Index,
-    f: &Fields,
-    query: &str,
-    limits: &QueryLimits,
-) -> Result<Box<dyn Query>, IndexError> {
+pub(crate) fn parse_text_query(index: &Index, f: &Fields, query: &str, limits: &QueryLimits) -> Result<Box<dyn Query>, IndexError> {
     // Before the grammar: it backtracks exponentially on nested groups (`limits.rs`).
     check_query(query, limits)?;
     if query.trim().is_empty() {
@@ -101,9 +87,7 @@ pub(crate) fn parse_text_query(
     }
     let mut parser = QueryParser::for_index(index, vec![f.text]);
     parser.set_conjunction_by_default();
-    parser
-        .parse_query(query)
-        .map_err(|e| IndexError::BadQuery(e.to_string()))
+    parser.parse_query(query).map_err(|e| IndexError::BadQuery(e.to_string()))
 }
 
 fn term(t: Term) -> Box<dyn Query> {
@@ -112,25 +96,13 @@ fn term(t: Term) -> Box<dyn Query> {
 
 /// The query for a request; the per-rank part of the time windows is checked by the collector
 /// (see [`windows_by_rank_key`]), the query only narrows to the union of the windows.
-pub(crate) fn build_query(
-    index: &Index,
-    f: &Fields,
-    req: &SearchRequest,
-    limits: &QueryLimits,
-) -> Result<Box<dyn Query>, IndexError> {
-    let mut clauses: Vec<(Occur, Box<dyn Query>)> =
-        vec![(Occur::Must, parse_text_query(index, f, &req.query, limits)?)];
+pub(crate) fn build_query(index: &Index, f: &Fields, req: &SearchRequest, limits: &QueryLimits) -> Result<Box<dyn Query>, IndexError> {
+    let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, parse_text_query(index, f, &req.query, limits)?)];
     if let Some(rank) = req.rank {
-        clauses.push((
-            Occur::Must,
-            term(Term::from_field_u64(f.rank, u64::from(rank))),
-        ));
+        clauses.push((Occur::Must, term(Term::from_field_u64(f.rank, u64::from(rank)))));
     }
     if let Some(stream) = req.stream {
-        clauses.push((
-            Occur::Must,
-            term(Term::from_field_text(f.stream, stream.as_str())),
-        ));
+        clauses.push((Occur::Must, term(Term::from_field_text(f.stream, stream.as_str()))));
     }
     if let Some(host) = &req.host {
         clauses.push((Occur::Must, term(Term::from_field_text(f.host, host))));
@@ -140,10 +112,7 @@ pub(crate) fn build_query(
             .iter()
             .map(|(rank, stream, seq)| {
                 let both: Box<dyn Query> = Box::new(BooleanQuery::new(vec![
-                    (
-                        Occur::Must,
-                        term(Term::from_field_u64(f.origin, origin(*rank, *stream))),
-                    ),
+                    (Occur::Must, term(Term::from_field_u64(f.origin, origin(*rank, *stream)))),
                     (Occur::Must, term(Term::from_field_u64(f.seq, *seq))),
                 ]));
                 (Occur::Should, both)
@@ -155,10 +124,7 @@ pub(crate) fn build_query(
         clauses.push((Occur::Must, Box::new(BooleanQuery::new(any))));
     }
     if let Some(severity) = &req.severity {
-        clauses.push((
-            Occur::Must,
-            term(Term::from_field_text(f.severity, severity)),
-        ));
+        clauses.push((Occur::Must, term(Term::from_field_text(f.severity, severity))));
     }
     if let Some(windows) = &req.capture_windows {
         let lo = windows.values().map(|w| w.0).min();
@@ -166,10 +132,7 @@ pub(crate) fn build_query(
         if let (Some(lo), Some(hi)) = (lo, hi) {
             clauses.push((
                 Occur::Must,
-                Box::new(RangeQuery::new(
-                    Bound::Included(Term::from_field_i64(f.capture_ns, lo)),
-                    Bound::Included(Term::from_field_i64(f.capture_ns, hi)),
-                )),
+                Box::new(RangeQuery::new(Bound::Included(Term::from_field_i64(f.capture_ns, lo)), Bound::Included(Term::from_field_i64(f.capture_ns, hi)))),
             ));
         }
     }
@@ -184,23 +147,14 @@ pub(crate) fn build_query(
 /// The windows keyed as the collectors see a rank (the rank part of `origin`).
 pub(crate) fn windows_by_rank_key(req: &SearchRequest) -> Option<Windows> {
     req.capture_windows.as_ref().map(|w| {
-        let map: HashMap<u64, (i64, i64)> = w
-            .iter()
-            .map(|(rank, window)| (origin(*rank, Stream::Stdout) >> 2, *window))
-            .collect();
+        let map: HashMap<u64, (i64, i64)> = w.iter().map(|(rank, window)| (origin(*rank, Stream::Stdout) >> 2, *window)).collect();
         Arc::new(map)
     })
 }
 
 /// The sort offsets keyed as the collectors see a rank (the rank part of `origin`).
 pub(crate) fn offsets_by_rank_key(req: &SearchRequest) -> Option<Arc<HashMap<u64, i64>>> {
-    req.order_offsets.as_ref().map(|o| {
-        Arc::new(
-            o.iter()
-                .map(|(rank, off)| (origin(*rank, Stream::Stdout) >> 2, *off))
-                .collect(),
-        )
-    })
+    req.order_offsets.as_ref().map(|o| Arc::new(o.iter().map(|(rank, off)| (origin(*rank, Stream::Stdout) >> 2, *off)).collect()))
 }
 
 /// The rank a collector's origin belongs to.
@@ -217,13 +171,7 @@ mod tests {
         let key = (-5, 42, u64::MAX);
         assert_eq!(decode_cursor(&encode_cursor(key)).ok(), Some(key));
         assert!(matches!(decode_cursor("zz"), Err(IndexError::BadCursor(_))));
-        assert!(matches!(
-            decode_cursor(&hex::encode("c1:1:2")),
-            Err(IndexError::BadCursor(_))
-        ));
-        assert!(matches!(
-            decode_cursor(&hex::encode("c9:1:2:3")),
-            Err(IndexError::BadCursor(_))
-        ));
+        assert!(matches!(decode_cursor(&hex::encode("c1:1:2")), Err(IndexError::BadCursor(_))));
+        assert!(matches!(decode_cursor(&hex::encode("c9:1:2:3")), Err(IndexError::BadCursor(_))));
     }
 }

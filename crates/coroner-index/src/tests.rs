@@ -4,23 +4,11 @@ use super::*;
 use std::collections::BTreeSet;
 
 fn line(rank: Option<u32>, stream: Stream, seq: u64, capture_ns: i64, text: &str) -> IndexedLine {
-    IndexedLine {
-        rank,
-        stream,
-        seq,
-        capture_ns,
-        host: "node-a".to_string(),
-        severity: "info".to_string(),
-        bytes: text.as_bytes().to_vec(),
-    }
+    IndexedLine { rank, stream, seq, capture_ns, host: "node-a".to_string(), severity: "info".to_string(), bytes: text.as_bytes().to_vec() }
 }
 
 fn req(query: &str) -> SearchRequest {
-    SearchRequest {
-        query: query.to_string(),
-        limit: 100,
-        ..Default::default()
-    }
+    SearchRequest { query: query.to_string(), limit: 100, ..Default::default() }
 }
 
 fn keys(page: &SearchPage) -> Vec<(Option<u32>, u64)> {
@@ -38,22 +26,10 @@ fn sample_index(dir: &Path) -> JobIndex {
             } else {
                 format!("step {i} loss 0.{r}")
             };
-            lines.push(line(
-                Some(r),
-                Stream::Stderr,
-                i,
-                1000 * i as i64 + i64::from(r),
-                &text,
-            ));
+            lines.push(line(Some(r), Stream::Stderr, i, 1000 * i as i64 + i64::from(r), &text));
         }
     }
-    lines.push(line(
-        None,
-        Stream::Stdout,
-        0,
-        2500,
-        "torchrun: NCCL WARN launcher line",
-    ));
+    lines.push(line(None, Stream::Stdout, 0, 2500, "torchrun: NCCL WARN launcher line"));
     idx.add(&lines).expect("add");
     idx.commit().expect("commit");
     idx
@@ -69,8 +45,7 @@ fn index_is_send_and_sync() {
 fn lines_are_searchable_only_after_commit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let idx = JobIndex::open_or_create(dir.path()).expect("open");
-    idx.add(&[line(Some(0), Stream::Stdout, 0, 1, "hello world")])
-        .expect("add");
+    idx.add(&[line(Some(0), Stream::Stdout, 0, 1, "hello world")]).expect("add");
     assert_eq!(idx.search(&req("hello")).expect("search").total, 0);
     idx.commit().expect("commit");
     let page = idx.search(&req("hello")).expect("search");
@@ -98,56 +73,27 @@ fn rank_stream_and_time_filters() {
     // Per-rank windows: rank 0 sees captures 2000..=4000, rank 3 sees 7003..=7003, the no-rank
     // line is in its window; ranks 1 and 2 are absent and so excluded.
     let mut q = req("");
-    let windows = BTreeMap::from([
-        (Some(0), (2000, 4000)),
-        (Some(3), (7003, 7003)),
-        (None, (0, 9999)),
-    ]);
+    let windows = BTreeMap::from([(Some(0), (2000, 4000)), (Some(3), (7003, 7003)), (None, (0, 9999))]);
     q.capture_windows = Some(windows);
     let page = idx.search(&q).expect("search");
-    assert_eq!(
-        keys(&page),
-        vec![
-            (Some(0), 2),
-            (None, 0),
-            (Some(0), 3),
-            (Some(0), 4),
-            (Some(3), 7)
-        ]
-    );
+    assert_eq!(keys(&page), vec![(Some(0), 2), (None, 0), (Some(0), 3), (Some(0), 4), (Some(3), 7)]);
     assert_eq!(page.total, 5);
     let captures: Vec<i64> = page.hits.iter().map(|h| h.capture_ns).collect();
-    assert!(
-        captures.windows(2).all(|w| w[0] <= w[1]),
-        "ordered by capture time"
-    );
+    assert!(captures.windows(2).all(|w| w[0] <= w[1]), "ordered by capture time");
 
     let mut q = req("loss");
     q.rank = Some(1);
     q.capture_windows = Some(BTreeMap::from([(Some(1), (0, 3001))]));
-    assert_eq!(
-        keys(&idx.search(&q).expect("search")),
-        vec![(Some(1), 0), (Some(1), 1), (Some(1), 2), (Some(1), 3)]
-    );
+    assert_eq!(keys(&idx.search(&q).expect("search")), vec![(Some(1), 0), (Some(1), 1), (Some(1), 2), (Some(1), 3)]);
 }
 
 #[test]
 fn severity_filters() {
     let dir = tempfile::tempdir().expect("tempdir");
     let idx = JobIndex::open_or_create(dir.path()).expect("open");
-    let mut err = line(
-        Some(1),
-        Stream::Stderr,
-        0,
-        10,
-        "Watchdog caught collective operation timeout",
-    );
+    let mut err = line(Some(1), Stream::Stderr, 0, 10, "Watchdog caught collective operation timeout");
     err.severity = "error".to_string();
-    idx.add(&[
-        err.clone(),
-        line(Some(1), Stream::Stderr, 1, 11, "Watchdog is fine"),
-    ])
-    .expect("add");
+    idx.add(&[err.clone(), line(Some(1), Stream::Stderr, 1, 11, "Watchdog is fine")]).expect("add");
     idx.commit().expect("commit");
     let mut q = req("watchdog");
     q.severity = Some("error".to_string());
@@ -160,38 +106,15 @@ fn severity_filters() {
 fn tokens_of_nccl_lines_and_phrases_are_searchable() {
     let dir = tempfile::tempdir().expect("tempdir");
     let idx = sample_index(dir.path());
-    for query in [
-        "NCCL",
-        "nccl",
-        "WARN",
-        "SeqNum=11",
-        "ProcessGroupNCCL.cpp",
-        "\"collective operation timeout\"",
-    ] {
-        assert!(
-            idx.search(&req(query)).expect(query).total > 0,
-            "{query} finds nothing"
-        );
+    for query in ["NCCL", "nccl", "WARN", "SeqNum=11", "ProcessGroupNCCL.cpp", "\"collective operation timeout\""] {
+        assert!(idx.search(&req(query)).expect(query).total > 0, "{query} finds nothing");
     }
-    assert_eq!(
-        idx.search(&req("\"collective operation timeout\""))
-            .expect("phrase")
-            .total,
-        4
-    );
-    assert_eq!(
-        idx.search(&req("\"timeout operation collective\""))
-            .expect("phrase")
-            .total,
-        0
-    );
+    assert_eq!(idx.search(&req("\"collective operation timeout\"")).expect("phrase").total, 4);
+    assert_eq!(idx.search(&req("\"timeout operation collective\"")).expect("phrase").total, 0);
     assert_eq!(idx.search(&req("SeqNum=12")).expect("seqnum").total, 0);
     // Terms are ANDed by default, OR is explicit.
     assert_eq!(idx.search(&req("NCCL launcher")).expect("and").total, 1);
-    assert_eq!(
-        idx.search(&req("launcher OR watchdog")).expect("or").total,
-        5
-    );
+    assert_eq!(idx.search(&req("launcher OR watchdog")).expect("or").total, 5);
 }
 
 #[test]
@@ -227,19 +150,12 @@ fn paging_with_the_cursor_covers_every_hit_exactly_once() {
     let mut sorted = seen.clone();
     sorted.sort();
     assert_eq!(seen, sorted, "pages come in sort order");
-    assert_eq!(
-        seen.iter().collect::<BTreeSet<_>>().len(),
-        500,
-        "no hit twice"
-    );
+    assert_eq!(seen.iter().collect::<BTreeSet<_>>().len(), 500, "no hit twice");
 
     let mut q = req("tick");
     q.limit = 0;
     let page = idx.search(&q).expect("count only");
-    assert_eq!(
-        (page.total, page.hits.len(), page.next_cursor),
-        (500, 0, None)
-    );
+    assert_eq!((page.total, page.hits.len(), page.next_cursor), (500, 0, None));
     q.cursor = Some("not a cursor".to_string());
     assert!(matches!(idx.search(&q), Err(IndexError::BadCursor(_))));
 }
@@ -250,11 +166,7 @@ fn invalid_utf8_round_trips_exactly() {
     let idx = JobIndex::open_or_create(dir.path()).expect("open");
     let mut l = line(Some(0), Stream::Stdout, 0, 5, "");
     l.bytes = b"caf\xe9 \xff\xfe broken NCCL".to_vec();
-    idx.add(&[
-        l.clone(),
-        line(Some(0), Stream::Stdout, 1, 6, "plain caf\u{e9}"),
-    ])
-    .expect("add");
+    idx.add(&[l.clone(), line(Some(0), Stream::Stdout, 1, 6, "plain caf\u{e9}")]).expect("add");
     idx.commit().expect("commit");
     let page = idx.search(&req("broken")).expect("search");
     assert_eq!(page.hits, vec![l.clone()]);
@@ -275,10 +187,7 @@ fn a_malformed_query_is_an_error_not_a_panic() {
             other => panic!("{bad}: expected BadQuery, got {other:?}"),
         }
     }
-    assert!(matches!(
-        idx.count_by_rank("nosuchfield:x"),
-        Err(IndexError::BadQuery(_))
-    ));
+    assert!(matches!(idx.count_by_rank("nosuchfield:x"), Err(IndexError::BadQuery(_))));
 }
 
 #[test]
@@ -286,11 +195,9 @@ fn reopening_sees_committed_lines_and_stream_positions() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
         let idx = sample_index(dir.path());
-        idx.add(&[line(Some(0), Stream::Stdout, 41, 1, "more")])
-            .expect("add");
+        idx.add(&[line(Some(0), Stream::Stdout, 41, 1, "more")]).expect("add");
         idx.commit().expect("commit");
-        idx.add(&[line(Some(0), Stream::Stdout, 99, 1, "never committed")])
-            .expect("add");
+        idx.add(&[line(Some(0), Stream::Stdout, 99, 1, "never committed")]).expect("add");
     }
     let idx = JobIndex::open_or_create(dir.path()).expect("reopen");
     assert_eq!(idx.num_lines(), 42);
@@ -307,8 +214,7 @@ fn reopening_sees_committed_lines_and_stream_positions() {
 fn close_commits_what_is_buffered_and_releases_the_lock() {
     let dir = tempfile::tempdir().expect("tempdir");
     let idx = JobIndex::open_or_create(dir.path()).expect("open");
-    idx.add(&[line(Some(2), Stream::Stderr, 0, 1, "last words")])
-        .expect("add");
+    idx.add(&[line(Some(2), Stream::Stderr, 0, 1, "last words")]).expect("add");
     idx.close().expect("close");
     let idx = JobIndex::open_or_create(dir.path()).expect("reopen after close");
     assert_eq!(idx.search(&req("\"last words\"")).expect("search").total, 1);
@@ -333,10 +239,7 @@ fn count_by_rank_groups_matches() {
     let all = idx.count_by_rank("").expect("count all");
     assert_eq!(all.get(&None), Some(&1));
     assert_eq!(all.get(&Some(3)), Some(&10));
-    assert!(idx
-        .count_by_rank("nothing_matches_this")
-        .expect("count")
-        .is_empty());
+    assert!(idx.count_by_rank("nothing_matches_this").expect("count").is_empty());
 }
 
 #[test]
@@ -348,23 +251,15 @@ fn for_each_line_replays_in_rank_stream_seq_order_across_chunks() {
     for part in [1u64, 0, 2] {
         let lines: Vec<_> = (0..n)
             .filter(|s| s % 3 == part)
-            .flat_map(|s| {
-                [
-                    line(Some(1), Stream::Stdout, s, 0, "a"),
-                    line(Some(0), Stream::Stderr, s, 0, "b"),
-                    line(Some(0), Stream::Stdout, s + 1000, 0, "c"),
-                ]
-            })
+            .flat_map(|s| [line(Some(1), Stream::Stdout, s, 0, "a"), line(Some(0), Stream::Stderr, s, 0, "b"), line(Some(0), Stream::Stdout, s + 1000, 0, "c")])
             .collect();
         idx.add(&lines).expect("add");
         idx.commit().expect("commit");
     }
-    idx.add(&[line(None, Stream::File, 3, 0, "d")])
-        .expect("add");
+    idx.add(&[line(None, Stream::File, 3, 0, "d")]).expect("add");
     idx.commit().expect("commit");
     let mut got = Vec::new();
-    idx.for_each_line(|l| got.push((l.rank, l.stream, l.seq)))
-        .expect("replay");
+    idx.for_each_line(|l| got.push((l.rank, l.stream, l.seq))).expect("replay");
     assert_eq!(got.len() as u64, 3 * n + 1);
     let mut sorted = got.clone();
     sorted.sort();
@@ -407,10 +302,7 @@ fn aligned_order_host_and_line_filters() {
 
     let mut q = req("");
     q.only_lines = Some(vec![(Some(1), Stream::Stderr, 5), (None, Stream::Stdout, 0)]);
-    assert_eq!(
-        keys(&idx.search(&q).expect("search")),
-        vec![(None, 0), (Some(1), 5)]
-    );
+    assert_eq!(keys(&idx.search(&q).expect("search")), vec![(None, 0), (Some(1), 5)]);
     q.only_lines = Some(Vec::new());
     assert_eq!(idx.search(&q).expect("search").total, 0);
 }
@@ -418,10 +310,7 @@ fn aligned_order_host_and_line_filters() {
 /// The schema of indexes written before capture time stopped being an indexed term.
 fn schema_with_indexed_capture_time() -> tantivy::schema::Schema {
     use tantivy::schema::{NumericOptions, FAST, INDEXED, STORED, STRING, TEXT};
-    let all_num = NumericOptions::default()
-        .set_indexed()
-        .set_fast()
-        .set_stored();
+    let all_num = NumericOptions::default().set_indexed().set_fast().set_stored();
     let mut b = tantivy::schema::Schema::builder();
     b.add_text_field("text", TEXT | STORED);
     b.add_bytes_field("raw", STORED);
@@ -440,15 +329,10 @@ fn schema_with_indexed_capture_time() -> tantivy::schema::Schema {
 #[test]
 fn an_index_written_with_the_earlier_schema_opens_and_answers_time_windows() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let old = tantivy::Index::create_in_dir(dir.path(), schema_with_indexed_capture_time())
-        .expect("create an old index");
+    let old = tantivy::Index::create_in_dir(dir.path(), schema_with_indexed_capture_time()).expect("create an old index");
     drop(old);
     let idx = JobIndex::open_or_create(dir.path()).expect("open the old index");
-    idx.add(&[
-        line(Some(0), Stream::Stdout, 0, 100, "early"),
-        line(Some(0), Stream::Stdout, 1, 200, "late"),
-    ])
-    .expect("add");
+    idx.add(&[line(Some(0), Stream::Stdout, 0, 100, "early"), line(Some(0), Stream::Stdout, 1, 200, "late")]).expect("add");
     idx.commit().expect("commit");
     let mut q = req("");
     q.capture_windows = Some([(Some(0), (150, 250))].into_iter().collect());
@@ -529,9 +413,7 @@ fn a_search_stops_when_its_budget_is_spent_or_its_caller_raises_stop() {
     use std::sync::Arc;
     let dir = tempfile::tempdir().expect("tempdir");
     let idx = JobIndex::open_or_create(dir.path()).expect("open index");
-    let lines: Vec<IndexedLine> = (0..5000u64)
-        .map(|i| line(Some(0), Stream::Stdout, i, i as i64, "step loss"))
-        .collect();
+    let lines: Vec<IndexedLine> = (0..5000u64).map(|i| line(Some(0), Stream::Stdout, i, i as i64, "step loss")).collect();
     idx.add(&lines).expect("add");
     idx.commit().expect("commit");
     let limits = QueryLimits::default();

@@ -93,20 +93,9 @@ pub enum EventKind {
         elapsed_ms: Option<u64>,
     },
     /// A process group's progress as the watchdog reported it.
-    PgStatus {
-        pg: Option<PgId>,
-        failing_seq: Option<SeqNo>,
-        last_enqueued: Option<SeqNo>,
-        last_started: Option<SeqNo>,
-        last_completed: Option<SeqNo>,
-    },
+    PgStatus { pg: Option<PgId>, failing_seq: Option<SeqNo>, last_enqueued: Option<SeqNo>, last_started: Option<SeqNo>, last_completed: Option<SeqNo> },
     /// A rank was told to dump its flight recorder because `detector` timed out (None: this rank).
-    DumpSignal {
-        pg: Option<PgId>,
-        detector: Option<Rank>,
-        last_enqueued: Option<SeqNo>,
-        last_completed: Option<SeqNo>,
-    },
+    DumpSignal { pg: Option<PgId>, detector: Option<Rank>, last_enqueued: Option<SeqNo>, last_completed: Option<SeqNo> },
     /// The watchdog is terminating the process after a timeout or an error (a symptom).
     WatchdogAbort { pg: Option<PgId> },
     /// The heartbeat monitor found the watchdog thread itself stuck.
@@ -118,14 +107,7 @@ pub enum EventKind {
     /// An NCCL WARN line (the first-hand report of an NCCL-level problem).
     NcclWarn { message: String },
     /// NCCL init: which pid on which host is which rank on which device.
-    NcclInit {
-        host: String,
-        pid: u32,
-        rank: Rank,
-        nranks: u32,
-        cuda_dev: Option<u32>,
-        bus_id: Option<String>,
-    },
+    NcclInit { host: String, pid: u32, rank: Rank, nranks: u32, cuda_dev: Option<u32>, bus_id: Option<String> },
     /// A transport saw a peer hang up: a happens-after edge from that peer's death.
     ConnectionClosed { peer: Option<PeerRef>, transport: String },
     /// A transport-level wait that ran out (gloo send/recv, TCPStore wait).

@@ -29,11 +29,7 @@ impl JobId {
         if s.len() > 128 {
             return Err(JobIdError::TooLong);
         }
-        if s.starts_with('.')
-            || !s
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'))
-        {
+        if s.starts_with('.') || !s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':')) {
             return Err(JobIdError::BadCharacter(s.to_string()));
         }
         Ok(JobId(s.to_string()))

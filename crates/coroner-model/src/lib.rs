@@ -20,23 +20,16 @@ mod time;
 
 pub use class::{FaultClass, Role, Verdict};
 pub use clock::ClockSample;
-pub use event::{
-    CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef,
-};
+pub use event::{CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef};
 pub use flight::{FrDump, FrFrame, FrGroup, FrOp, FrSeq, FrState, MAX_FRAMES, MAX_OPS_PER_GROUP};
-pub use flight_report::{
-    FlightRecorderReport, FrDivergence, FrEntryView, FrGroupReport, FrRule, FrStop, FrStraggler, FrVerdict,
-};
+pub use flight_report::{FlightRecorderReport, FrDivergence, FrEntryView, FrGroupReport, FrRule, FrStop, FrStraggler, FrVerdict};
 pub use gpu::{GpuSample, GPU_QUERY_FIELDS, GPU_SAMPLE_PREFIX};
 pub use ids::{HostId, JobId, PgId, Rank, SeqNo, MAX_WORLD_SIZE};
-pub use incident::{
-    FailureSignature, HostCount, JobHosts, PastIncident, RecordedFailure, SimilarIncidents, Suspect,
-};
+pub use incident::{FailureSignature, HostCount, JobHosts, PastIncident, RecordedFailure, SimilarIncidents, Suspect};
 pub use line::{cap_line, truncation_marker, LogLine, Stream, MARKER_SLACK, MAX_LINE_BYTES};
 pub use live::SuspectedHang;
 pub use process::{ProcessEnd, ProcessEndCause};
 pub use report::{
-    CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, GpuMemory, RankSummary, Report,
-    SnapshotSummary, REPORT_FORMAT_VERSION,
+    CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, GpuMemory, RankSummary, Report, SnapshotSummary, REPORT_FORMAT_VERSION,
 };
 pub use time::{format_rfc3339_ns, now_ns, parse_duration, Nanos};

@@ -60,16 +60,7 @@ pub fn format_rfc3339_ns(ns: Nanos) -> String {
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
-        y,
-        m,
-        d,
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60,
-        frac
-    )
+    format!("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z", y, m, d, sod / 3600, (sod / 60) % 60, sod % 60, frac)
 }
 
 /// Howard Hinnant's days-to-civil algorithm.
@@ -93,10 +84,7 @@ mod tests {
     #[test]
     fn formats_epoch_and_a_corpus_time() {
         assert_eq!(format_rfc3339_ns(0), "1970-01-01T00:00:00.000000000Z");
-        assert_eq!(
-            format_rfc3339_ns(1_796_029_127_092_747_587),
-            "2026-11-30T08:58:47.092747587Z"
-        );
+        assert_eq!(format_rfc3339_ns(1_796_029_127_092_747_587), "2026-11-30T08:58:47.092747587Z");
         assert_eq!(format_rfc3339_ns(-1), "1969-12-31T23:59:59.999999999Z");
     }
 

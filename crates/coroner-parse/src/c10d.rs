@@ -5,7 +5,7 @@
 //! [`classify_body`] reads the message of a glog line; [`specific`] reads any failure message
 //! (a traceback's final line, a logged error) for the events hidden inside it.
 
-use crate::util::{num_after, leading_u64};
+use crate::util::{leading_u64, num_after};
 use aho_corasick::AhoCorasick;
 use coroner_model::{CollectiveFingerprint, EventKind, PeerRef, PgId, Rank, SeqNo};
 use std::sync::LazyLock;
@@ -76,10 +76,7 @@ pub fn specific(msg: &str, out: &mut Vec<EventKind>) {
     }
     let transport = if msg.contains("gloo") { "gloo" } else { "tcp" };
     if let Some(at) = msg.find("Connection closed by peer") {
-        out.push(EventKind::ConnectionClosed {
-            peer: bracket_addr(&msg[at + "Connection closed by peer".len()..]),
-            transport: transport.to_string(),
-        });
+        out.push(EventKind::ConnectionClosed { peer: bracket_addr(&msg[at + "Connection closed by peer".len()..]), transport: transport.to_string() });
     } else if msg.contains("Connection reset by peer") && msg.contains("gloo") {
         let peer = msg.find("error ").and_then(|at| bracket_addr(&msg[at + 5..]));
         out.push(EventKind::ConnectionClosed { peer, transport: transport.to_string() });
@@ -87,10 +84,7 @@ pub fn specific(msg: &str, out: &mut Vec<EventKind>) {
     if let Some(at) = msg.find("Timed out waiting ") {
         let r = &msg[at + "Timed out waiting ".len()..];
         let timeout_ms = leading_u64(r);
-        let operation = r
-            .find("ms for ")
-            .map(|i| r[i + 7..].split_whitespace().next().unwrap_or("").to_string())
-            .unwrap_or_default();
+        let operation = r.find("ms for ").map(|i| r[i + 7..].split_whitespace().next().unwrap_or("").to_string()).unwrap_or_default();
         out.push(EventKind::TransportTimeout { transport: transport.to_string(), operation, timeout_ms });
     }
     if let Some(code) = nccl_error_code(msg) {
@@ -103,14 +97,7 @@ pub fn specific(msg: &str, out: &mut Vec<EventKind>) {
 
 /// `Some(code)` when the message reports an NCCL error (`code` may be unknown: `Some(None)`).
 fn nccl_error_code(msg: &str) -> Option<Option<String>> {
-    const CODES: [&str; 6] = [
-        "ncclRemoteError",
-        "ncclSystemError",
-        "ncclInternalError",
-        "ncclUnhandledCudaError",
-        "ncclInvalidUsage",
-        "ncclInvalidArgument",
-    ];
+    const CODES: [&str; 6] = ["ncclRemoteError", "ncclSystemError", "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument"];
     for c in CODES {
         if msg.contains(c) {
             return Some(Some(c.to_string()));
@@ -197,9 +184,7 @@ fn watchdog_timeout(body: &str) -> Option<EventKind> {
 }
 
 fn last_work(body: &str, what: &str) -> Option<SeqNo> {
-    num_after(body, &format!("last {what} work:"))
-        .or_else(|| num_after(body, &format!("last {what} NCCL work:")))
-        .map(SeqNo)
+    num_after(body, &format!("last {what} work:")).or_else(|| num_after(body, &format!("last {what} NCCL work:"))).map(SeqNo)
 }
 
 /// `failure detected by watchdog at work sequence id: 11 PG status: last enqueued work: 11, last completed work: 10`
@@ -333,16 +318,52 @@ mod tests {
     #[test]
     fn watchdog_timeout_versions() {
         let k = one("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=11, OpType=ALLREDUCE, NumelIn=1153, NumelOut=1153, Timeout(ms)=20000) ran for 20038 milliseconds before timing out.");
-        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(11)), op: "ALLREDUCE".into(), numel_in: Some(1153), numel_out: Some(1153), timeout_ms: Some(20000), elapsed_ms: Some(20038) });
+        assert_eq!(
+            k,
+            EventKind::WatchdogTimeout {
+                pg: None,
+                seq: Some(SeqNo(11)),
+                op: "ALLREDUCE".into(),
+                numel_in: Some(1153),
+                numel_out: Some(1153),
+                timeout_ms: Some(20000),
+                elapsed_ms: Some(20038)
+            }
+        );
         // PyTorch 1.13 / 2.0: no sizes.
         let k = one("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=57, OpType=_ALLGATHER_BASE, Timeout(ms)=1800000) ran for 1800593 milliseconds before timing out.");
-        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: Some(SeqNo(57)), op: "_ALLGATHER_BASE".into(), numel_in: None, numel_out: None, timeout_ms: Some(1800000), elapsed_ms: Some(1800593) });
+        assert_eq!(
+            k,
+            EventKind::WatchdogTimeout {
+                pg: None,
+                seq: Some(SeqNo(57)),
+                op: "_ALLGATHER_BASE".into(),
+                numel_in: None,
+                numel_out: None,
+                timeout_ms: Some(1800000),
+                elapsed_ms: Some(1800593)
+            }
+        );
         // PyTorch 1.x: no sequence number.
         let k = one("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1801177 milliseconds before timing out.");
-        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: None, op: "BROADCAST".into(), numel_in: None, numel_out: None, timeout_ms: Some(1800000), elapsed_ms: Some(1801177) });
+        assert_eq!(
+            k,
+            EventKind::WatchdogTimeout {
+                pg: None,
+                seq: None,
+                op: "BROADCAST".into(),
+                numel_in: None,
+                numel_out: None,
+                timeout_ms: Some(1800000),
+                elapsed_ms: Some(1801177)
+            }
+        );
         // Cut by a terminal's wrap: what is there.
         let k = one("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(S");
-        assert_eq!(k, EventKind::WatchdogTimeout { pg: None, seq: None, op: String::new(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None });
+        assert_eq!(
+            k,
+            EventKind::WatchdogTimeout { pg: None, seq: None, op: String::new(), numel_in: None, numel_out: None, timeout_ms: None, elapsed_ms: None }
+        );
         // 2.2-ish with the PG in front.
         let k = one("[PG 1 Rank 15] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=10, NumelOut=10, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.");
         assert!(matches!(k, EventKind::WatchdogTimeout { pg: Some(PgId(ref p)), seq: Some(SeqNo(3)), .. } if p == "1"));
@@ -351,17 +372,39 @@ mod tests {
     #[test]
     fn pg_status_versions() {
         let k = one("[PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 11 PG status: last enqueued work: 11, last completed work: 10");
-        assert_eq!(k, EventKind::PgStatus { pg: Some(PgId("0".into())), failing_seq: Some(SeqNo(11)), last_enqueued: Some(SeqNo(11)), last_started: None, last_completed: Some(SeqNo(10)) });
+        assert_eq!(
+            k,
+            EventKind::PgStatus {
+                pg: Some(PgId("0".into())),
+                failing_seq: Some(SeqNo(11)),
+                last_enqueued: Some(SeqNo(11)),
+                last_started: None,
+                last_completed: Some(SeqNo(10))
+            }
+        );
         let k = one("[PG 1 Rank 15] Timeout at NCCL work: 57, last enqueued NCCL work: 57, last completed NCCL work: 56.");
-        assert_eq!(k, EventKind::PgStatus { pg: Some(PgId("1".into())), failing_seq: Some(SeqNo(57)), last_enqueued: Some(SeqNo(57)), last_started: None, last_completed: Some(SeqNo(56)) });
-        let k = one("[Rank 3] Exception (either an error or timeout) detected by watchdog at work: 9, last enqueued NCCL work: 9, last completed NCCL work: 8.");
+        assert_eq!(
+            k,
+            EventKind::PgStatus {
+                pg: Some(PgId("1".into())),
+                failing_seq: Some(SeqNo(57)),
+                last_enqueued: Some(SeqNo(57)),
+                last_started: None,
+                last_completed: Some(SeqNo(56))
+            }
+        );
+        let k =
+            one("[Rank 3] Exception (either an error or timeout) detected by watchdog at work: 9, last enqueued NCCL work: 9, last completed NCCL work: 8.");
         assert!(matches!(k, EventKind::PgStatus { failing_seq: Some(SeqNo(9)), last_completed: Some(SeqNo(8)), .. }));
     }
 
     #[test]
     fn dump_signal_detector() {
         let k = one("[PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL work: 10, last completed NCCL work: 10.This is most likely");
-        assert_eq!(k, EventKind::DumpSignal { pg: Some(PgId("0".into())), detector: Some(Rank(0)), last_enqueued: Some(SeqNo(10)), last_completed: Some(SeqNo(10)) });
+        assert_eq!(
+            k,
+            EventKind::DumpSignal { pg: Some(PgId("0".into())), detector: Some(Rank(0)), last_enqueued: Some(SeqNo(10)), last_completed: Some(SeqNo(10)) }
+        );
         let k = one("[PG ID 0 PG GUID 0(default_pg) Rank 0] Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. Last enqueued NCCL work: 11, last completed NCCL work: 10.");
         assert!(matches!(k, EventKind::DumpSignal { detector: None, last_enqueued: Some(SeqNo(11)), .. }));
     }
@@ -372,7 +415,10 @@ mod tests {
         assert!(matches!(one("Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data. To avoid data inconsistency, we are taking the entire process down."), EventKind::WatchdogAbort { pg: None }));
         assert_eq!(one("[PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives."), EventKind::HeartbeatStuck { seconds: Some(480) });
         assert!(matches!(one("[c10d] recvValue failed on SocketImpl(fd=52, addr=[localhost]:34408, remote=[localhost]:30111): Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"), EventKind::StoreError { .. }));
-        assert!(matches!(one("[c10d] sendBytes failed on SocketImpl(fd=53, addr=[localhost]:37912, remote=[localhost]:29613): Broken pipe"), EventKind::StoreError { .. }));
+        assert!(matches!(
+            one("[c10d] sendBytes failed on SocketImpl(fd=53, addr=[localhost]:37912, remote=[localhost]:29613): Broken pipe"),
+            EventKind::StoreError { .. }
+        ));
         assert!(matches!(one("[PG ID 0 PG GUID 0(default_pg) Rank 1] Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Broken pipe"), EventKind::StoreError { .. }));
         assert!(matches!(one("[Rank 0] Desync debug report: Rank 1 is not joining the collective"), EventKind::Warning { .. }));
     }
@@ -389,7 +435,10 @@ mod tests {
         specific("Detected mismatch between collectives on ranks. Rank 0 is running inconsistent collective: CollectiveFingerPrint(OpType=BROADCAST, TensorShape=[20, 10], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda)), but Rank 1 is running inconsistent collective: CollectiveFingerPrint(OpType=ALLREDUCE, TensorShape=[[3], [4, 5]], TensorDtypes=[Float, Half])", &mut out);
         let EventKind::CollectiveMismatch { this, other } = &out[0] else { panic!("{out:?}") };
         assert_eq!((this.seq, this.op.as_str(), this.shapes.clone()), (None, "BROADCAST", vec!["[20, 10]".to_string()]));
-        assert_eq!((other.shapes.clone(), other.dtypes.clone()), (vec!["[3]".to_string(), "[4, 5]".to_string()], vec!["Float".to_string(), "Half".to_string()]));
+        assert_eq!(
+            (other.shapes.clone(), other.dtypes.clone()),
+            (vec!["[3]".to_string(), "[4, 5]".to_string()], vec!["Float".to_string(), "Half".to_string()])
+        );
     }
 
     #[test]

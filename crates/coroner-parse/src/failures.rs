@@ -239,11 +239,7 @@ const PHRASES: &[(&str, Act)] = &[
 ];
 
 static AC: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
-    AhoCorasick::builder()
-        .kind(Some(AhoCorasickKind::DFA))
-        .match_kind(MatchKind::LeftmostLongest)
-        .build(PHRASES.iter().map(|(p, _)| *p))
-        .ok()
+    AhoCorasick::builder().kind(Some(AhoCorasickKind::DFA)).match_kind(MatchKind::LeftmostLongest).build(PHRASES.iter().map(|(p, _)| *p)).ok()
 });
 
 /// Which phrase families occur in the line: (a kernel marker, the strongest other action).
@@ -285,7 +281,20 @@ fn tf_root_error(t: &str) -> Option<&str> {
     if n.is_empty() || !n.bytes().all(|c| c.is_ascii_digit()) {
         return None;
     }
-    const CODES: [&str; 12] = ["Invalid argument", "Resource exhausted", "Not found", "Failed precondition", "Internal", "Unavailable", "Aborted", "Cancelled", "Unknown", "Out of range", "Deadline exceeded", "Unimplemented"];
+    const CODES: [&str; 12] = [
+        "Invalid argument",
+        "Resource exhausted",
+        "Not found",
+        "Failed precondition",
+        "Internal",
+        "Unavailable",
+        "Aborted",
+        "Cancelled",
+        "Unknown",
+        "Out of range",
+        "Deadline exceeded",
+        "Unimplemented",
+    ];
     CODES.iter().any(|c| rest.starts_with(c) && rest[c.len()..].starts_with(':')).then(|| rest.trim_end())
 }
 
@@ -303,9 +312,7 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
     }
     if let Some((ty, msg)) = exc_header(t) {
         let short = ty.rsplit('.').next().unwrap_or(ty);
-        let errorish = ["Error", "Exception", "Interrupt", "Failure", "Exit", "Abort", "Aborted"]
-            .iter()
-            .any(|s| short.ends_with(s));
+        let errorish = ["Error", "Exception", "Interrupt", "Failure", "Exit", "Abort", "Aborted"].iter().any(|s| short.ends_with(s));
         if errorish && !msg.is_empty() || (errorish && short.len() > 5 && t.trim() == ty) {
             out.push(EventKind::ErrorLine { message: t.trim_end().to_string() });
             // The type can be the telling part (`ncclSystemError: System call ... failed`).
@@ -344,7 +351,10 @@ mod tests {
 
     #[test]
     fn tensorflow_root_errors_are_error_lines() {
-        assert_eq!(tf_root_error("  (0) Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]"), Some("Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]"));
+        assert_eq!(
+            tf_root_error("  (0) Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]"),
+            Some("Invalid argument: Incompatible shapes: [25088] vs. [32,28,28]")
+        );
         assert_eq!(tf_root_error("  (1) Resource exhausted: OOM when allocating tensor"), Some("Resource exhausted: OOM when allocating tensor"));
         assert_eq!(tf_root_error("(3) something else"), None);
         assert_eq!(tf_root_error("(a) Invalid argument: x"), None);
@@ -360,9 +370,15 @@ mod tests {
             ("2026-11-30 08:58:51,398 - trainer - WARNING - slow", Some((Level::Warning, "slow"))),
             ("ERROR:root:something broke", Some((Level::Error, "something broke"))),
             ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1)", Some((Level::Error, "failed (exitcode: 1)"))),
-            (" ERROR    failed (exitcode: -9) local_rank: 5 (pid: 22) of  api.py:673", Some((Level::Error, "failed (exitcode: -9) local_rank: 5 (pid: 22) of"))),
+            (
+                " ERROR    failed (exitcode: -9) local_rank: 5 (pid: 22) of  api.py:673",
+                Some((Level::Error, "failed (exitcode: -9) local_rank: 5 (pid: 22) of")),
+            ),
             (" WARNING  Sending process 14 closing signal SIGTERM         api.py:699", Some((Level::Warning, "Sending process 14 closing signal SIGTERM"))),
-            ("ERROR 09-23 10:49:22 multiproc_worker_utils.py:226] Exception in worker VllmWorkerProcess while processing method", Some((Level::Error, "Exception in worker VllmWorkerProcess while processing method"))),
+            (
+                "ERROR 09-23 10:49:22 multiproc_worker_utils.py:226] Exception in worker VllmWorkerProcess while processing method",
+                Some((Level::Error, "Exception in worker VllmWorkerProcess while processing method")),
+            ),
             ("INFO 04-06 00:55:21 [llm_engine.py:447] init engine", Some((Level::Info, "init engine"))),
             ("RuntimeError: x", None),
             ("   INFO is not a record", None),

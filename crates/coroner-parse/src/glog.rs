@@ -38,9 +38,7 @@ pub fn parse(s: &str) -> Option<Glog<'_>> {
     let body = after.strip_prefix(' ').unwrap_or(after);
     let mut toks = header.split_ascii_whitespace();
     let t0 = toks.next()?.as_bytes();
-    let level = if is_level(t0[0])
-        && (t0.len() == 1 || ((4..=5).contains(&t0.len()) && t0[1..].iter().all(u8::is_ascii_digit)))
-    {
+    let level = if is_level(t0[0]) && (t0.len() == 1 || ((4..=5).contains(&t0.len()) && t0[1..].iter().all(u8::is_ascii_digit))) {
         t0[0]
     } else if t0.len() == 10 && t0[4] == b'-' && t0[7] == b'-' && t0[0].is_ascii_digit() {
         // TensorFlow / Horovod: `date time: L file`
@@ -76,14 +74,26 @@ mod tests {
             ("[E1130 08:59:11.424298747 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog", Some((b'E', "ProcessGroupNCCL.cpp:689", "[Rank 0] Watchdog"))),
             ("[E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught", Some((b'E', "ProcessGroupNCCL.cpp:828", "[Rank 1] Watchdog caught"))),
             // January to September: PyTorch does not pad the month.
-            ("[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed", Some((b'E', "ProcessGroupGloo.cpp:143", "Gloo connectFullMesh failed"))),
+            (
+                "[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed",
+                Some((b'E', "ProcessGroupGloo.cpp:143", "Gloo connectFullMesh failed")),
+            ),
             ("[W210 02:06:33.347835395 ProcessGroupNCCL.cpp:1595] x", Some((b'W', "ProcessGroupNCCL.cpp:1595", "x"))),
             ("E0421 02:05:38.764490 12 foo.cc:1] glog pads it", Some((b'E', "foo.cc:1", "glog pads it"))),
             ("[E42 02:05:38 foo.cc:1] two digits is no date", None),
-            ("E1130 09:03:42.336000 3148 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 1)", Some((b'E', "torch/distributed/elastic/multiprocessing/api.py:986", "failed (exitcode: 1)"))),
+            (
+                "E1130 09:03:42.336000 3148 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 1)",
+                Some((b'E', "torch/distributed/elastic/multiprocessing/api.py:986", "failed (exitcode: 1)")),
+            ),
             ("W1130 09:03:29.350000 3148 torch/distributed/run.py:851] ", Some((b'W', "torch/distributed/run.py:851", ""))),
-            ("2026-11-30 08:58:51.123456: E tensorflow/core/common_runtime/x.cc:123] Aborting RingReduce", Some((b'E', "tensorflow/core/common_runtime/x.cc:123", "Aborting RingReduce"))),
-            ("[2026-11-30 08:58:51.123456: W /tmp/horovod/common/stall_inspector.cc:107] One or more", Some((b'W', "/tmp/horovod/common/stall_inspector.cc:107", "One or more"))),
+            (
+                "2026-11-30 08:58:51.123456: E tensorflow/core/common_runtime/x.cc:123] Aborting RingReduce",
+                Some((b'E', "tensorflow/core/common_runtime/x.cc:123", "Aborting RingReduce")),
+            ),
+            (
+                "[2026-11-30 08:58:51.123456: W /tmp/horovod/common/stall_inspector.cc:107] One or more",
+                Some((b'W', "/tmp/horovod/common/stall_inspector.cc:107", "One or more")),
+            ),
             ("2026-11-30 08:58:51,398 INFO [rank0] train: step 4", None),
             ("[rank0] x", None),
             ("E.g. this] that", None),

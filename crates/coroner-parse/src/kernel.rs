@@ -58,9 +58,18 @@ pub fn classify(t: &str, out: &mut Vec<EventKind>) -> bool {
     // The driver reporting it cannot use the GPU (outside an Xid): a GSP call that failed with
     // a reset required, a probe that failed, a GPU that stopped answering.
     let driver_failure = t.contains("NVRM:")
-        && ["Reset required", "NV_ERR_RESET_REQUIRED", "probe routine failed", "RmInitAdapter failed", "not responding", "GPU has fallen off", "GSP", "timeout"]
-            .iter()
-            .any(|w| t.contains(w))
+        && [
+            "Reset required",
+            "NV_ERR_RESET_REQUIRED",
+            "probe routine failed",
+            "RmInitAdapter failed",
+            "not responding",
+            "GPU has fallen off",
+            "GSP",
+            "timeout",
+        ]
+        .iter()
+        .any(|w| t.contains(w))
         && (t.contains("fail") || t.contains("Reset required") || t.contains("not responding") || t.contains("timeout"));
     if driver_failure
         || (t.contains("ECC") && (t.contains("ncorrectable") || t.contains("double-bit") || t.contains("DBE")))
@@ -81,7 +90,8 @@ pub fn classify(t: &str, out: &mut Vec<EventKind>) -> bool {
 pub fn looks_like_kernel_line(t: &str) -> bool {
     let t = t.trim_start();
     // Kernel messages pasted without their header.
-    const BARE: [&str; 8] = ["NVRM:", "kernel:", "Out of memory: Kill", "Memory cgroup out of memory", "oom-kill:", "oom_reaper:", "Killed process ", "pcieport "];
+    const BARE: [&str; 8] =
+        ["NVRM:", "kernel:", "Out of memory: Kill", "Memory cgroup out of memory", "oom-kill:", "oom_reaper:", "Killed process ", "pcieport "];
     if BARE.iter().any(|b| t.starts_with(b)) {
         return true;
     }
@@ -89,9 +99,9 @@ pub fn looks_like_kernel_line(t: &str) -> bool {
         let Some(close) = r.find(']').filter(|c| *c <= 40) else { return false };
         let inner = r[..close].trim();
         let relative = inner.strip_prefix('+').unwrap_or(inner);
-        let uptime = relative.split_once('.').is_some_and(|(a, b)| {
-            !a.is_empty() && a.bytes().all(|c| c.is_ascii_digit()) && !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit())
-        });
+        let uptime = relative
+            .split_once('.')
+            .is_some_and(|(a, b)| !a.is_empty() && a.bytes().all(|c| c.is_ascii_digit()) && !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()));
         const DAYS: [&str; 7] = ["Mon ", "Tue ", "Wed ", "Thu ", "Fri ", "Sat ", "Sun "];
         let human = DAYS.iter().any(|d| inner.starts_with(d)) && inner.bytes().filter(|c| *c == b':').count() == 2;
         return uptime || human;
@@ -118,7 +128,13 @@ mod tests {
         ] {
             assert!(looks_like_kernel_line(t), "{t}");
         }
-        for t in ["[rank0]: Traceback", "[2026-11-30 08:58:51,398] INFO x", "2026-11-30 08:58:51 kernel: x", "[E ProcessGroupNCCL.cpp:587] x", "Traceback (most recent call last):"] {
+        for t in [
+            "[rank0]: Traceback",
+            "[2026-11-30 08:58:51,398] INFO x",
+            "2026-11-30 08:58:51 kernel: x",
+            "[E ProcessGroupNCCL.cpp:587] x",
+            "Traceback (most recent call last):",
+        ] {
             assert!(!looks_like_kernel_line(t), "{t}");
         }
     }
@@ -133,19 +149,33 @@ mod tests {
     fn xid_versions() {
         assert_eq!(
             one("[12345.678] NVRM: Xid (PCI:0000:0a:00): 79, pid=12345, name=python, GPU has fallen off the bus."),
-            Some(EventKind::Xid { pci: "0000:0a:00".into(), code: 79, pid: Some(12345), message: "NVRM: Xid (PCI:0000:0a:00): 79, pid=12345, name=python, GPU has fallen off the bus.".into() })
+            Some(EventKind::Xid {
+                pci: "0000:0a:00".into(),
+                code: 79,
+                pid: Some(12345),
+                message: "NVRM: Xid (PCI:0000:0a:00): 79, pid=12345, name=python, GPU has fallen off the bus.".into()
+            })
         );
         assert!(matches!(one("Nov 30 08:58:51 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."), Some(EventKind::Xid { code: 48, pid: None, .. })));
-        assert!(matches!(one("NVRM: Xid (0000:3b:00): 13, Graphics SM Warp Exception on (GPC 0, TPC 1): Out Of Range Address"), Some(EventKind::Xid { code: 13, .. })));
+        assert!(matches!(
+            one("NVRM: Xid (0000:3b:00): 13, Graphics SM Warp Exception on (GPC 0, TPC 1): Out Of Range Address"),
+            Some(EventKind::Xid { code: 13, .. })
+        ));
     }
 
     #[test]
     fn oom_killer_and_hardware() {
-        assert_eq!(one("[ 4521.112] Out of memory: Killed process 12345 (python) total-vm:123456kB, anon-rss:1000kB"), Some(EventKind::OomKill { pid: Some(12345), process: Some("python".into()) }));
+        assert_eq!(
+            one("[ 4521.112] Out of memory: Killed process 12345 (python) total-vm:123456kB, anon-rss:1000kB"),
+            Some(EventKind::OomKill { pid: Some(12345), process: Some("python".into()) })
+        );
         assert_eq!(one("[ 4521.110] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/user.slice,task=python3,pid=777,uid=1000"), Some(EventKind::OomKill { pid: Some(777), process: Some("python3".into()) }));
         assert!(matches!(one("pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: 0000:01:00.0"), Some(EventKind::ErrorLine { .. })));
         assert!(matches!(one("pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0"), Some(EventKind::Warning { .. })));
-        assert!(matches!(one("Nov 30 08:58:51 h kernel: python[1234]: segfault at 0 ip 00007f sp 00007f error 4 in libc.so.6"), Some(EventKind::ErrorLine { .. })));
+        assert!(matches!(
+            one("Nov 30 08:58:51 h kernel: python[1234]: segfault at 0 ip 00007f sp 00007f error 4 in libc.so.6"),
+            Some(EventKind::ErrorLine { .. })
+        ));
         assert!(one("[    0.155370] devtmpfs: initialized").is_none());
     }
 }

@@ -228,10 +228,19 @@ pub fn srun_task_ends(t: &str) -> Vec<EventKind> {
         split_code(code.trim().parse().ok())
     } else {
         // `Out Of Memory`: the step's cgroup OOM killer (SIGKILL).
-        let signal = [("Segmentation fault", 11), ("Bus error", 7), ("Illegal instruction", 4), ("Floating point exception", 8), ("Aborted", 6), ("Killed", 9), ("Out Of Memory", 9), ("Terminated", 15)]
-            .iter()
-            .find(|(name, _)| what.starts_with(name))
-            .map(|(_, n)| *n);
+        let signal = [
+            ("Segmentation fault", 11),
+            ("Bus error", 7),
+            ("Illegal instruction", 4),
+            ("Floating point exception", 8),
+            ("Aborted", 6),
+            ("Killed", 9),
+            ("Out Of Memory", 9),
+            ("Terminated", 15),
+        ]
+        .iter()
+        .find(|(name, _)| what.starts_with(name))
+        .map(|(_, n)| *n);
         if signal.is_none() {
             return Vec::new();
         }
@@ -248,7 +257,17 @@ pub fn srun_task_ends(t: &str) -> Vec<EventKind> {
     }
     ranks
         .into_iter()
-        .map(|r| EventKind::LauncherWorkerFailed(LauncherFailure { global_rank: Some(Rank(r)), local_rank: None, exit_code, signal, pid: None, host: None, root_cause_row: false }))
+        .map(|r| {
+            EventKind::LauncherWorkerFailed(LauncherFailure {
+                global_rank: Some(Rank(r)),
+                local_rank: None,
+                exit_code,
+                signal,
+                pid: None,
+                host: None,
+                root_cause_row: false,
+            })
+        })
         .collect()
 }
 
@@ -337,15 +356,7 @@ impl FailureTable {
                 origin: Some(ctx.origin()),
                 text: t.to_string(),
                 printed: None,
-                f: LauncherFailure {
-                    global_rank: None,
-                    local_rank: None,
-                    exit_code: None,
-                    signal: None,
-                    pid: None,
-                    host: None,
-                    root_cause_row: false,
-                },
+                f: LauncherFailure { global_rank: None, local_rank: None, exit_code: None, signal: None, pid: None, host: None, root_cause_row: false },
             });
             return Step::Consumed;
         }
@@ -412,7 +423,18 @@ mod tests {
         assert!(classify_body("Sending process 3190 closing signal SIGTERM", &mut out));
         // Older torchrun: `ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 12) of binary: x`
         assert!(classify_body("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 12) of binary: x", &mut out));
-        assert_eq!(out[0], EventKind::LauncherWorkerFailed(LauncherFailure { global_rank: None, local_rank: Some(1), exit_code: Some(1), signal: None, pid: Some(3191), host: None, root_cause_row: false }));
+        assert_eq!(
+            out[0],
+            EventKind::LauncherWorkerFailed(LauncherFailure {
+                global_rank: None,
+                local_rank: Some(1),
+                exit_code: Some(1),
+                signal: None,
+                pid: Some(3191),
+                host: None,
+                root_cause_row: false
+            })
+        );
         assert_eq!(out[1], EventKind::LauncherSignal { pid: Some(3190), signal: "SIGTERM".into() });
         assert!(matches!(&out[2], EventKind::LauncherWorkerFailed(f) if f.signal == Some(9) && f.exit_code.is_none()));
         assert!(!classify_body("Setting OMP_NUM_THREADS environment variable", &mut out));
@@ -425,10 +447,16 @@ mod tests {
             other => panic!("{t}: {other:?}"),
         };
         assert_eq!(one("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', '--local_rank=0', '--data_path', 'x'] exits with return code = -9"), (None, Some(0), None, Some(9)));
-        assert_eq!(one("[ERROR] [launch.py:324:sigkill_handler] ['python', '-u', 'clm.py', '--local_rank=1'] exits with return code = 1"), (None, Some(1), Some(1), None));
+        assert_eq!(
+            one("[ERROR] [launch.py:324:sigkill_handler] ['python', '-u', 'clm.py', '--local_rank=1'] exits with return code = 1"),
+            (None, Some(1), Some(1), None)
+        );
         assert_eq!(one("subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=7', '--epochs', '180']' died with <Signals.SIGSEGV: 11>."), (None, Some(7), None, Some(11)));
         assert_eq!(one("mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed)."), (Some(1), None, None, Some(9)));
-        assert_eq!(one("ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown with signal 4 rank=0"), (Some(0), None, None, Some(4)));
+        assert_eq!(
+            one("ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown with signal 4 rank=0"),
+            (Some(0), None, None, Some(4))
+        );
         assert_eq!(one("2023-12-16T09:36:24.632149Z ERROR text_generation_launcher: Shard 1 failed to start"), (Some(1), None, None, None));
         assert_eq!(one("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>"), (Some(2), Some(2), None, Some(9)));
         assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");
@@ -454,13 +482,19 @@ mod tests {
     #[test]
     fn srun_names_each_task_and_how_it_ended() {
         let ends = |t: &str| -> Vec<(Option<u32>, Option<i32>, Option<i32>)> {
-            srun_task_ends(t).into_iter().map(|k| match k {
-                EventKind::LauncherWorkerFailed(f) => (f.global_rank.map(|r| r.0), f.exit_code, f.signal),
-                _ => panic!("{k:?}"),
-            }).collect()
+            srun_task_ends(t)
+                .into_iter()
+                .map(|k| match k {
+                    EventKind::LauncherWorkerFailed(f) => (f.global_rank.map(|r| r.0), f.exit_code, f.signal),
+                    _ => panic!("{k:?}"),
+                })
+                .collect()
         };
         assert_eq!(ends("srun: error: nid04277: task 1: Segmentation fault (core dumped)"), vec![(Some(1), None, Some(11))]);
-        assert_eq!(ends("srun: error: slurm-job-compute-0-1: tasks 8-10,15: Exited with exit code 1"), vec![(Some(8), Some(1), None), (Some(9), Some(1), None), (Some(10), Some(1), None), (Some(15), Some(1), None)]);
+        assert_eq!(
+            ends("srun: error: slurm-job-compute-0-1: tasks 8-10,15: Exited with exit code 1"),
+            vec![(Some(8), Some(1), None), (Some(9), Some(1), None), (Some(10), Some(1), None), (Some(15), Some(1), None)]
+        );
         assert_eq!(ends("srun: error: n1: task 0: Killed"), vec![(Some(0), None, Some(9))]);
         assert!(ends("srun: error: Unable to create step for job 1234: Job/step already completing").is_empty());
         assert!(ends("srun: error: n1: task 0: something else").is_empty());
@@ -503,9 +537,15 @@ mod tests {
     #[test]
     fn slurm_lines() {
         assert!(matches!(slurm("srun: error: node12: task 3: Killed"), Some(EventKind::SchedulerEnd { .. })));
-        assert!(matches!(slurm("slurmstepd: error: *** JOB 1234 ON node12 CANCELLED AT 2026-11-30T08:59:11 DUE TO TIME LIMIT ***"), Some(EventKind::SchedulerEnd { .. })));
+        assert!(matches!(
+            slurm("slurmstepd: error: *** JOB 1234 ON node12 CANCELLED AT 2026-11-30T08:59:11 DUE TO TIME LIMIT ***"),
+            Some(EventKind::SchedulerEnd { .. })
+        ));
         assert!(matches!(slurm("slurmstepd: error: *** STEP 1234.0 ON node12 CANCELLED AT 2026-11-30T08:59:11 ***"), Some(EventKind::SchedulerEnd { .. })));
-        assert!(matches!(slurm("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed."), Some(EventKind::OomKill { .. })));
+        assert!(matches!(
+            slurm("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed."),
+            Some(EventKind::OomKill { .. })
+        ));
         assert!(slurm("srun: launching job").is_none());
     }
 }

@@ -25,9 +25,22 @@ pub struct NcclLine<'a> {
 /// spaces after it.
 fn date_time_len(b: &[u8]) -> Option<usize> {
     let d = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
-    let ok = (0..4).all(d) && b.get(4) == Some(&b'-') && d(5) && d(6) && b.get(7) == Some(&b'-') && d(8) && d(9)
+    let ok = (0..4).all(d)
+        && b.get(4) == Some(&b'-')
+        && d(5)
+        && d(6)
+        && b.get(7) == Some(&b'-')
+        && d(8)
+        && d(9)
         && matches!(b.get(10), Some(b' ' | b'T'))
-        && d(11) && d(12) && b.get(13) == Some(&b':') && d(14) && d(15) && b.get(16) == Some(&b':') && d(17) && d(18);
+        && d(11)
+        && d(12)
+        && b.get(13) == Some(&b':')
+        && d(14)
+        && d(15)
+        && b.get(16) == Some(&b':')
+        && d(17)
+        && d(18);
     if !ok {
         return None;
     }
@@ -93,10 +106,8 @@ fn digits(b: &[u8]) -> Option<(u32, usize)> {
     Some((u32::try_from(v).ok()?, n))
 }
 
-static INIT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev \d+)? busId ([0-9a-fA-F]+)")
-        .expect("static regex")
-});
+static INIT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev \d+)? busId ([0-9a-fA-F]+)").expect("static regex"));
 
 /// What an NCCL line means. `seen_comms` keeps `Init START`/`Init COMPLETE` of one comm to one event.
 pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<EventKind>) {
@@ -139,9 +150,7 @@ pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<Ev
             let r = m[at + "Connection closed by remote peer".len()..].trim_start();
             out.push(EventKind::ConnectionClosed { peer: angle_addr(r), transport: "nccl".into() });
         } else if m.contains("Connection closed by localRank") && !m.contains("localRank -") {
-            let peer = num_after(m, "Connection closed by localRank")
-                .and_then(|v| u32::try_from(v).ok())
-                .map(PeerRef::LocalRank);
+            let peer = num_after(m, "Connection closed by localRank").and_then(|v| u32::try_from(v).ok()).map(PeerRef::LocalRank);
             out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
         }
     }
@@ -266,7 +275,10 @@ mod tests {
 
     #[test]
     fn connection_closed_and_warns() {
-        assert_eq!(run("vm:1141:1294 [0] NCCL INFO [Service thread] Connection closed by localRank 1"), vec![EventKind::ConnectionClosed { peer: Some(PeerRef::LocalRank(1)), transport: "nccl".into() }]);
+        assert_eq!(
+            run("vm:1141:1294 [0] NCCL INFO [Service thread] Connection closed by localRank 1"),
+            vec![EventKind::ConnectionClosed { peer: Some(PeerRef::LocalRank(1)), transport: "nccl".into() }]
+        );
         let out = run("[2026-11-30 08:58:51] vm:1141:1294 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer 10.0.0.7<43210>");
         assert_eq!(out.len(), 2);
         assert_eq!(out[1], EventKind::ConnectionClosed { peer: Some(PeerRef::Address("10.0.0.7:43210".into())), transport: "nccl".into() });
@@ -286,7 +298,18 @@ mod tests {
         assert_eq!(return_code(&split("n:1:2 [0] NCCL INFO misc/group.cu:69 -> 2 [Async thread]").unwrap()), Some(2));
         assert_eq!(return_code(&split("n:1:2 [0] NCCL INFO Channel 00 : 0 -> 1 via P2P").unwrap()), None);
         let c = collective(&split("gpu3:32615:32615 [0] NCCL INFO Broadcast: opCount 1a sendbuff 0x7f88e4000000 recvbuff 0x7f88e4000000 count 25503912 datatype 6 op 0 root 0 comm 0x7f88e005a260 [nranks=8] stream 0x55f20d2f5db0").unwrap());
-        assert_eq!(c, Some(EventKind::NcclCollective { host: "gpu3".into(), pid: 32615, op: "Broadcast".into(), op_count: 26, count: 25503912, datatype: 6, nranks: Some(8) }));
+        assert_eq!(
+            c,
+            Some(EventKind::NcclCollective {
+                host: "gpu3".into(),
+                pid: 32615,
+                op: "Broadcast".into(),
+                op_count: 26,
+                count: 25503912,
+                datatype: 6,
+                nranks: Some(8)
+            })
+        );
         assert_eq!(collective(&split("n:1:2 [0] NCCL INFO Using network Socket").unwrap()), None);
         assert!(matches!(run("n:1:2 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1000 - Abort COMPLETE").first(), Some(EventKind::Warning { .. })));
     }

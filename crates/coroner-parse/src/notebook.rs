@@ -39,7 +39,10 @@ mod tests {
     fn fields_of_a_rendered_error() {
         assert_eq!(field("\t\"name\": \"FloatingPointError\","), Some(Field::Name("FloatingPointError")));
         assert_eq!(field("  \"ename\": \"jaxlib.xla_extension.XlaRuntimeError\","), Some(Field::Name("jaxlib.xla_extension.XlaRuntimeError")));
-        assert_eq!(field("\t\"message\": \"invalid value (nan) encountered in jit(train_step). Because\","), Some(Field::Message("invalid value (nan) encountered in jit(train_step). Because")));
+        assert_eq!(
+            field("\t\"message\": \"invalid value (nan) encountered in jit(train_step). Because\","),
+            Some(Field::Message("invalid value (nan) encountered in jit(train_step). Because"))
+        );
         assert_eq!(field("\"name\": \"resnet50\","), None, "a model's name is not an exception");
         assert_eq!(field("{"), None);
         assert_eq!(field("name: FooError"), None);

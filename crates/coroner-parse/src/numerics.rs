@@ -24,9 +24,8 @@ pub const COLLAPSED_SCALE: f64 = 16.0;
 /// Consecutive progress lines with a non-finite loss or grad norm that make a divergence.
 pub const NON_FINITE_RUN: u32 = 2;
 
-static SCALE: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:reducing (?:loss scale )?to|setting loss scale to:?|loss scale(?: to)?:?)\s*([0-9][0-9.e+-]*)").ok()
-});
+static SCALE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?i)(?:reducing (?:loss scale )?to|setting loss scale to:?|loss scale(?: to)?:?)\s*([0-9][0-9.e+-]*)").ok());
 
 /// A loss or gradient norm printed as `nan`/`inf`: `loss: nan`, `lm loss: nan`, `train_loss=inf`,
 /// each term of a sum (`rpn_loss_cls: nan`, `loss_box: nan`), `grad_norm: nan`. A loss *scale*
@@ -82,10 +81,7 @@ impl Numerics {
             return;
         }
         let at_minimum = t.contains("already at minimum") || t.contains("Minimum loss scale reached") || t.contains("at minimum loss scale");
-        let scale = SCALE
-            .as_ref()
-            .and_then(|re| re.captures_iter(t).last())
-            .and_then(|c| c.get(1)?.as_str().trim_end_matches(['.', ',']).parse::<f64>().ok());
+        let scale = SCALE.as_ref().and_then(|re| re.captures_iter(t).last()).and_then(|c| c.get(1)?.as_str().trim_end_matches(['.', ',']).parse::<f64>().ok());
         let collapsed = overflow && scale.is_some_and(|s| s <= COLLAPSED_SCALE);
         if at_minimum || collapsed {
             self.reported_scale = true;

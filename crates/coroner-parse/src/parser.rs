@@ -49,14 +49,7 @@ pub(crate) struct Origin {
 
 impl Origin {
     pub(crate) fn event(&self, kind: EventKind, text: String) -> Event {
-        Event {
-            rank: self.rank,
-            line: self.line,
-            capture_ns: self.capture_ns,
-            printed_ns: self.printed_ns,
-            kind,
-            text,
-        }
+        Event { rank: self.rank, line: self.line, capture_ns: self.capture_ns, printed_ns: self.printed_ns, kind, text }
     }
 }
 
@@ -71,12 +64,7 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     pub(crate) fn origin(&self) -> Origin {
-        Origin {
-            rank: self.rank,
-            line: self.line,
-            capture_ns: self.capture_ns,
-            printed_ns: printed_time(self.text, self.capture_ns),
-        }
+        Origin { rank: self.rank, line: self.line, capture_ns: self.capture_ns, printed_ns: printed_time(self.text, self.capture_ns) }
     }
 }
 
@@ -178,9 +166,7 @@ impl RankParser {
         let text: Cow<'_, str> = match std::str::from_utf8(capped) {
             Ok(s) => Cow::Borrowed(s),
             // The cap cut a character in two: parse up to it.
-            Err(e) if e.error_len().is_none() && capped.len() < raw.len() => {
-                Cow::Borrowed(std::str::from_utf8(&capped[..e.valid_up_to()]).unwrap_or(""))
-            }
+            Err(e) if e.error_len().is_none() && capped.len() < raw.len() => Cow::Borrowed(std::str::from_utf8(&capped[..e.valid_up_to()]).unwrap_or("")),
             Err(_) => {
                 self.diag(line.seq, "invalid UTF-8: read with replacement characters");
                 String::from_utf8_lossy(capped)
@@ -297,7 +283,10 @@ impl RankParser {
                 // and connection lines already say what the peer did).
                 self.nccl_chain = true;
                 let name = nccl::result_name(code);
-                ks.push(EventKind::NcclError { code: Some(name.to_string()), message: format!("{name}: an NCCL call failed with result {code} ({})", l.msg.trim()) });
+                ks.push(EventKind::NcclError {
+                    code: Some(name.to_string()),
+                    message: format!("{name}: an NCCL call failed with result {code} ({})", l.msg.trim()),
+                });
             }
         } else if let Some(b) = self.start_block(ctx, &mut ks) {
             self.blocks.push((channel, b));
@@ -339,9 +328,7 @@ impl RankParser {
             ks.push(EventKind::GpuSample(sample));
         } else if let Some(k) = launcher::slurm(t).or_else(|| launcher::kubernetes(t)) {
             ks.push(k);
-        } else if self.lines.saturating_sub(self.last_bare_at) < DEDUP_WINDOW
-            && same_template(t, &self.last_bare)
-        {
+        } else if self.lines.saturating_sub(self.last_bare_at) < DEDUP_WINDOW && same_template(t, &self.last_bare) {
             self.last_bare_at = self.lines;
         } else if failures::bare(t, &mut ks) {
             if matches!(ks.first(), Some(EventKind::ErrorLine { .. })) {
@@ -475,13 +462,8 @@ fn same_template(a: &str, b: &str) -> bool {
 }
 
 /// E-level c10d lines that narrate the dump procedure rather than report a failure.
-const GLOG_NOISE: [&str; 5] = [
-    "signal dumping",
-    "preparing to dump debug info",
-    "Stack trace of the failed collective",
-    "Observed flight recorder dump signal",
-    "Flight Recorder",
-];
+const GLOG_NOISE: [&str; 5] =
+    ["signal dumping", "preparing to dump debug info", "Stack trace of the failed collective", "Observed flight recorder dump signal", "Flight Recorder"];
 
 fn glog_line(g: &glog::Glog<'_>, ks: &mut Vec<EventKind>) {
     let body = g.body.trim_end();

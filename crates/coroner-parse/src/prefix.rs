@@ -152,9 +152,7 @@ fn actor(s: &[u8]) -> Option<(u32, Option<u32>, usize)> {
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         return None;
     }
-    let field = |key: &str| {
-        fields.split([',', ' ']).find_map(|f| f.trim().strip_prefix(key).and_then(|v| parse_u32(v.as_bytes())))
-    };
+    let field = |key: &str| fields.split([',', ' ']).find_map(|f| f.trim().strip_prefix(key).and_then(|v| parse_u32(v.as_bytes())));
     let pid = field("pid=")?;
     let used = close + 1 + usize::from(s.get(close + 1) == Some(&b' '));
     Some((pid, field("rank="), used))
@@ -279,7 +277,13 @@ mod tests {
         let p = split_rank_prefix(line);
         assert_eq!((p.global_rank, p.rest(line)), (Some(0), &b"INFO x"[..]));
         // Not wrappers: a fairseq table row, an exception, a path, a time.
-        for line in [&b"| epoch 027 | loss 6.343"[..], b"RuntimeError: x", b"/usr/lib/python3/x.py:12: UserWarning", b"(most recent call last)", b"2026-11-30 08:58:51,398 INFO x"] {
+        for line in [
+            &b"| epoch 027 | loss 6.343"[..],
+            b"RuntimeError: x",
+            b"/usr/lib/python3/x.py:12: UserWarning",
+            b"(most recent call last)",
+            b"2026-11-30 08:58:51,398 INFO x",
+        ] {
             assert_eq!(split_rank_prefix(line).len, 0, "{}", String::from_utf8_lossy(line));
         }
     }

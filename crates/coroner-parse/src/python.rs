@@ -196,18 +196,14 @@ impl Traceback {
                     self.last_was_last_error = t.trim() == "Last error:";
                     return Step::Consumed;
                 }
-                if t.starts_with("During handling of the above exception")
-                    || t.starts_with("The above exception was the direct cause")
-                {
+                if t.starts_with("During handling of the above exception") || t.starts_with("The above exception was the direct cause") {
                     self.state = TbState::Chained;
                     return Step::Consumed;
                 }
                 Step::EndNotConsumed
             }
             TbState::AfterBlank => {
-                if t.starts_with("During handling of the above exception")
-                    || t.starts_with("The above exception was the direct cause")
-                {
+                if t.starts_with("During handling of the above exception") || t.starts_with("The above exception was the direct cause") {
                     self.state = TbState::Chained;
                     return Step::Consumed;
                 }
@@ -232,10 +228,7 @@ impl Traceback {
 
     pub(crate) fn finish(self, out: &mut Vec<Event>, diags: &mut Vec<crate::ParseDiagnostic>) {
         let Some(exc_type) = self.exc_type else {
-            diags.push(crate::ParseDiagnostic {
-                seq: self.origin.line.seq,
-                message: "traceback ended before its exception line".into(),
-            });
+            diags.push(crate::ParseDiagnostic { seq: self.origin.line.seq, message: "traceback ended before its exception line".into() });
             // A traceback is printed only for an error: cut before its last line (a paste, a
             // process killed mid-print), it still says the process failed.
             if !self.frames.is_empty() && !self.headless {
@@ -249,10 +242,7 @@ impl Traceback {
         };
         let mut specific = Vec::new();
         c10d::specific(&self.message, &mut specific);
-        out.push(self.origin.event(
-            EventKind::Exception { exc_type, message: self.message, frames: self.frames },
-            self.final_text.clone(),
-        ));
+        out.push(self.origin.event(EventKind::Exception { exc_type, message: self.message, frames: self.frames }, self.final_text.clone()));
         for k in specific {
             out.push(self.origin.event(k, self.final_text.clone()));
         }
@@ -321,11 +311,7 @@ impl FaultDump {
     }
 
     pub(crate) fn finish(self, out: &mut Vec<Event>) {
-        let pick = self
-            .threads
-            .iter()
-            .find(|(cur, f)| *cur && !f.is_empty())
-            .or_else(|| self.threads.iter().rev().find(|(_, f)| !f.is_empty()));
+        let pick = self.threads.iter().find(|(cur, f)| *cur && !f.is_empty()).or_else(|| self.threads.iter().rev().find(|(_, f)| !f.is_empty()));
         let mut frames = pick.map(|(_, f)| f.clone()).unwrap_or_default();
         frames.reverse();
         let kind = match self.what {
@@ -448,7 +434,10 @@ mod tests {
     fn exception_headers() {
         assert_eq!(exc_header("torch.OutOfMemoryError: CUDA out of memory."), Some(("torch.OutOfMemoryError", "CUDA out of memory.")));
         assert_eq!(exc_header("KeyboardInterrupt"), Some(("KeyboardInterrupt", "")));
-        assert_eq!(exc_header("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "), Some(("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "")));
+        assert_eq!(
+            exc_header("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "),
+            Some(("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", ""))
+        );
         assert_eq!(exc_header("[E1130 08:59:11.4 x.cpp:1] y"), None);
         assert_eq!(exc_header("During handling of the above exception"), None);
         assert_eq!(exc_header("XXX:431:2239 [1] include/topo.h:27 NCCL WARN x"), None);

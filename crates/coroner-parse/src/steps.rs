@@ -6,13 +6,10 @@ use aho_corasick::AhoCorasick;
 use regex::Regex;
 use std::sync::LazyLock;
 
-static PRE: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
-    AhoCorasick::builder().ascii_case_insensitive(true).build(["step", "iter"]).ok()
-});
+static PRE: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| AhoCorasick::builder().ascii_case_insensitive(true).build(["step", "iter"]).ok());
 
-static STEP: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:\b(?:global_step|step|iteration|iter)\b\s*[:=#]?\s*\[?\s*|'(?:global_)?step':\s*)(\d{1,15})\b").ok()
-});
+static STEP: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?i)(?:\b(?:global_step|step|iteration|iter)\b\s*[:=#]?\s*\[?\s*|'(?:global_)?step':\s*)(\d{1,15})\b").ok());
 
 /// The step number a progress line states, if it is one.
 pub fn step(t: &str) -> Option<u64> {

@@ -165,8 +165,7 @@ fn glog_time(s: &[u8], capture_ns: Nanos) -> Option<Nanos> {
     nearest_year(m, d, tod, capture_ns)
 }
 
-const MONTHS: [&[u8; 3]; 12] =
-    [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
+const MONTHS: [&[u8; 3]; 12] = [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
 
 /// syslog: `Nov 30 08:58:51` or `Nov  3 08:58:51`.
 fn syslog_time(s: &[u8], capture_ns: Nanos) -> Option<Nanos> {
@@ -175,11 +174,7 @@ fn syslog_time(s: &[u8], capture_ns: Nanos) -> Option<Nanos> {
     if s.get(3) != Some(&b' ') {
         return None;
     }
-    let (d, at) = if s.get(4) == Some(&b' ') {
-        (digits(s, 5, 1)?, 7)
-    } else {
-        (digits(s, 4, 2)?, 7)
-    };
+    let (d, at) = if s.get(4) == Some(&b' ') { (digits(s, 5, 1)?, 7) } else { (digits(s, 4, 2)?, 7) };
     if s.get(at - 1) != Some(&b' ') {
         return None;
     }
@@ -234,11 +229,7 @@ fn iso_time(s: &[u8]) -> Option<Nanos> {
         Some(b'+') | Some(b'-') => {
             let sign = if s[k] == b'+' { 1 } else { -1 };
             if let Some(oh) = digits(s, k + 1, 2) {
-                let om = if s.get(k + 3) == Some(&b':') {
-                    digits(s, k + 4, 2)
-                } else {
-                    digits(s, k + 3, 2)
-                };
+                let om = if s.get(k + 3) == Some(&b':') { digits(s, k + 4, 2) } else { digits(s, k + 3, 2) };
                 if let Some(om) = om {
                     t -= sign * (oh * 3600 + om * 60) * NS;
                 }

@@ -41,11 +41,7 @@ pub(crate) fn parse_frame(line: &str) -> Option<Frame> {
     let n = r.bytes().take_while(u8::is_ascii_digit).count();
     let lineno = r[..n].parse::<u32>().ok();
     let r = &r[n..];
-    let function = r
-        .strip_prefix(", in ")
-        .or_else(|| r.strip_prefix(" in "))
-        .unwrap_or("")
-        .trim_end();
+    let function = r.strip_prefix(", in ").or_else(|| r.strip_prefix(" in ")).unwrap_or("").trim_end();
     Some(Frame { file: file.to_string(), line: lineno, function: function.to_string() })
 }
 

@@ -23,13 +23,8 @@ fn read_jsonl(path: &Path, rank: Option<Rank>) -> Vec<LogLine> {
                 Stream::Stdout => &mut seq_out,
                 _ => &mut seq_err,
             };
-            let line = LogLine {
-                rank,
-                stream,
-                seq: *seq,
-                capture_ns: v["ts_ns"].as_i64().unwrap_or(0),
-                bytes: v["line"].as_str().unwrap_or("").as_bytes().to_vec(),
-            };
+            let line =
+                LogLine { rank, stream, seq: *seq, capture_ns: v["ts_ns"].as_i64().unwrap_or(0), bytes: v["line"].as_str().unwrap_or("").as_bytes().to_vec() };
             *seq += 1;
             line
         })
@@ -118,8 +113,9 @@ fn nccl2_hang_r1() {
     let r0 = parse("nccl2_hang_r1", Some(0));
     assert!(kinds(&r0, "watchdog_timeout").iter().any(|k| matches!(k,
         EventKind::WatchdogTimeout { seq: Some(SeqNo(11)), op, numel_in: Some(1153), numel_out: Some(1153), timeout_ms: Some(20000), elapsed_ms: Some(20038), .. } if op == "ALLREDUCE")));
-    assert!(kinds(&r0, "pg_status").iter().any(|k| matches!(k,
-        EventKind::PgStatus { failing_seq: Some(SeqNo(11)), last_enqueued: Some(SeqNo(11)), last_completed: Some(SeqNo(10)), .. })));
+    assert!(kinds(&r0, "pg_status")
+        .iter()
+        .any(|k| matches!(k, EventKind::PgStatus { failing_seq: Some(SeqNo(11)), last_enqueued: Some(SeqNo(11)), last_completed: Some(SeqNo(10)), .. })));
     assert!(kinds(&r0, "dump_signal").iter().any(|k| matches!(k, EventKind::DumpSignal { detector: None, .. })));
     assert_eq!(kinds(&r0, "watchdog_abort").len(), 1);
     assert!(kinds(&r0, "fatal_signal").iter().any(|k| matches!(k, EventKind::FatalSignal { what, frames } if what == "Aborted" && frames.last().is_some_and(|f| f.function == "main" && f.line == Some(109)))));
@@ -131,8 +127,9 @@ fn nccl2_hang_r1() {
     assert_eq!(w.printed_ns.map(coroner_model::format_rfc3339_ns).as_deref(), Some("2026-11-30T08:59:11.424298747Z"));
 
     let r1 = parse("nccl2_hang_r1", Some(1));
-    assert!(kinds(&r1, "dump_signal").iter().any(|k| matches!(k,
-        EventKind::DumpSignal { detector: Some(Rank(0)), last_enqueued: Some(SeqNo(10)), last_completed: Some(SeqNo(10)), .. })));
+    assert!(kinds(&r1, "dump_signal")
+        .iter()
+        .any(|k| matches!(k, EventKind::DumpSignal { detector: Some(Rank(0)), last_enqueued: Some(SeqNo(10)), last_completed: Some(SeqNo(10)), .. })));
     assert!(kinds(&r1, "stack_dump").iter().any(|k| matches!(k, EventKind::StackDump { frames } if frames.last().is_some_and(|f| f.line == Some(88)))));
     assert_eq!(kinds(&r1, "watchdog_timeout").len(), 0);
 }
@@ -156,7 +153,10 @@ fn nccl2_oom_r1() {
 fn nccl2_segv_r0() {
     let r0 = parse("nccl2_segv_r0", Some(0));
     let k = kinds(&r0, "fatal_signal");
-    assert!(matches!(k.as_slice(), [EventKind::FatalSignal { what, frames }] if what == "Segmentation fault" && frames.last().is_some_and(|f| f.function == "string_at")), "{k:?}");
+    assert!(
+        matches!(k.as_slice(), [EventKind::FatalSignal { what, frames }] if what == "Segmentation fault" && frames.last().is_some_and(|f| f.function == "string_at")),
+        "{k:?}"
+    );
 }
 
 #[test]
@@ -203,7 +203,10 @@ fn nccl2_tokenizer_r1() {
     let asserts: Vec<_> = kinds(&r1, "error_line").into_iter().filter(|k| k.message().contains("vectorized_gather_kernel")).collect();
     assert_eq!(asserts.len(), 1);
     let ex = kinds(&r1, "exception");
-    assert!(matches!(ex.as_slice(), [EventKind::Exception { exc_type, message, .. }] if exc_type == "torch.AcceleratorError" && message.starts_with("CUDA error: device-side assert triggered\nSearch for")), "{ex:?}");
+    assert!(
+        matches!(ex.as_slice(), [EventKind::Exception { exc_type, message, .. }] if exc_type == "torch.AcceleratorError" && message.starts_with("CUDA error: device-side assert triggered\nSearch for")),
+        "{ex:?}"
+    );
     assert!(kinds(&r1, "error_line").iter().any(|k| k.message().contains("uncaught AcceleratorError")));
     assert!(!kinds(&r1, "fatal_signal").is_empty());
     let r0 = parse("nccl2_tokenizer_r1", Some(0));
@@ -230,7 +233,13 @@ fn gloo8_hang_r5() {
 fn nccl2_ok_is_quiet() {
     for r in [0, 1] {
         let evs = parse("nccl2_ok", Some(r));
-        assert!(evs.iter().all(|e| matches!(e.kind, EventKind::Step { .. } | EventKind::Warning { .. } | EventKind::NcclInit { .. } | EventKind::ConnectionClosed { .. })), "{evs:?}");
+        assert!(
+            evs.iter().all(|e| matches!(
+                e.kind,
+                EventKind::Step { .. } | EventKind::Warning { .. } | EventKind::NcclInit { .. } | EventKind::ConnectionClosed { .. }
+            )),
+            "{evs:?}"
+        );
         assert!(!kinds(&evs, "step").is_empty());
     }
 }
@@ -239,16 +248,26 @@ fn nccl2_ok_is_quiet() {
 fn torchrun_oom_r1_launcher() {
     let evs = parse("torchrun_oom_r1", None);
     let rows: Vec<_> = kinds(&evs, "launcher_worker_failed");
-    let root: Vec<_> = rows.iter().filter_map(|k| match k {
-        EventKind::LauncherWorkerFailed(f) if f.root_cause_row => Some(f),
-        _ => None,
-    }).collect();
+    let root: Vec<_> = rows
+        .iter()
+        .filter_map(|k| match k {
+            EventKind::LauncherWorkerFailed(f) if f.root_cause_row => Some(f),
+            _ => None,
+        })
+        .collect();
     assert_eq!(root.len(), 1);
-    assert_eq!((root[0].global_rank, root[0].local_rank, root[0].exit_code, root[0].pid, root[0].host.as_deref()), (Some(Rank(1)), Some(1), Some(1), Some(3191), Some("localhost")));
+    assert_eq!(
+        (root[0].global_rank, root[0].local_rank, root[0].exit_code, root[0].pid, root[0].host.as_deref()),
+        (Some(Rank(1)), Some(1), Some(1), Some(3191), Some("localhost"))
+    );
     assert!(rows.iter().any(|k| matches!(k, EventKind::LauncherWorkerFailed(f) if !f.root_cause_row && f.global_rank == Some(Rank(0)) && f.signal == Some(15) && f.exit_code.is_none())));
-    assert!(rows.iter().any(|k| matches!(k, EventKind::LauncherWorkerFailed(f) if f.global_rank.is_none() && f.local_rank == Some(1) && f.exit_code == Some(1))));
+    assert!(rows
+        .iter()
+        .any(|k| matches!(k, EventKind::LauncherWorkerFailed(f) if f.global_rank.is_none() && f.local_rank == Some(1) && f.exit_code == Some(1))));
     assert!(kinds(&evs, "launcher_signal").iter().any(|k| matches!(k, EventKind::LauncherSignal { pid: Some(3190), signal } if signal == "SIGTERM")));
-    assert!(kinds(&evs, "exception").iter().any(|k| matches!(k, EventKind::Exception { exc_type, .. } if exc_type == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError")));
+    assert!(kinds(&evs, "exception")
+        .iter()
+        .any(|k| matches!(k, EventKind::Exception { exc_type, .. } if exc_type == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError")));
     // The worker's traceback, through the `[default1]:[rank1]:` prefixes, attributed to rank 1.
     assert!(evs.iter().any(|e| e.rank == Some(Rank(1)) && matches!(&e.kind, EventKind::Exception { exc_type, .. } if exc_type == "torch.OutOfMemoryError")));
     assert!(evs.iter().any(|e| matches!(e.kind, EventKind::Step { step: 4 })));

@@ -24,22 +24,25 @@ fn names(evs: &[Event]) -> Vec<&'static str> {
 
 #[test]
 fn unprefixed_chained_traceback_keeps_the_last_exception() {
-    let evs = run(Some(3), &[
-        "Traceback (most recent call last):",
-        "  File \"/opt/job/train.py\", line 10, in load",
-        "    return torch.load(p)",
-        "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt.pt'",
-        "",
-        "During handling of the above exception, another exception occurred:",
-        "",
-        "Traceback (most recent call last):",
-        "  File \"/opt/job/train.py\", line 20, in <module>",
-        "    main()",
-        "  File \"/opt/job/train.py\", line 15, in main",
-        "    raise RuntimeError(\"no checkpoint\")",
-        "RuntimeError: no checkpoint",
-        "2026-11-30 08:58:51,398 INFO [rank3] train: step 7 loss 1.0",
-    ]);
+    let evs = run(
+        Some(3),
+        &[
+            "Traceback (most recent call last):",
+            "  File \"/opt/job/train.py\", line 10, in load",
+            "    return torch.load(p)",
+            "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt.pt'",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            "Traceback (most recent call last):",
+            "  File \"/opt/job/train.py\", line 20, in <module>",
+            "    main()",
+            "  File \"/opt/job/train.py\", line 15, in main",
+            "    raise RuntimeError(\"no checkpoint\")",
+            "RuntimeError: no checkpoint",
+            "2026-11-30 08:58:51,398 INFO [rank3] train: step 7 loss 1.0",
+        ],
+    );
     assert_eq!(names(&evs), ["exception", "step"]);
     let EventKind::Exception { exc_type, message, frames } = &evs[0].kind else { unreachable!() };
     assert_eq!((exc_type.as_str(), message.as_str(), frames.len()), ("RuntimeError", "no checkpoint", 2));
@@ -64,14 +67,17 @@ fn traceback_is_not_emitted_before_its_final_line() {
 
 #[test]
 fn interleaved_launcher_channels_keep_tracebacks_whole() {
-    let evs = run(None, &[
-        "[default1]:[rank1]: Traceback (most recent call last):",
-        "[default0]:2026-11-30 09:03:40,553 INFO [rank0] train: step 0 loss 1.3",
-        "[default1]:[rank1]:   File \"/opt/job/worker.py\", line 90, in main",
-        "[default0]:2026-11-30 09:03:40,557 INFO [rank0] train: step 1 loss 1.1",
-        "[default1]:[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 GiB.",
-        "W1130 09:03:42.041000 3148 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 3190 closing signal SIGTERM",
-    ]);
+    let evs = run(
+        None,
+        &[
+            "[default1]:[rank1]: Traceback (most recent call last):",
+            "[default0]:2026-11-30 09:03:40,553 INFO [rank0] train: step 0 loss 1.3",
+            "[default1]:[rank1]:   File \"/opt/job/worker.py\", line 90, in main",
+            "[default0]:2026-11-30 09:03:40,557 INFO [rank0] train: step 1 loss 1.1",
+            "[default1]:[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 GiB.",
+            "W1130 09:03:42.041000 3148 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 3190 closing signal SIGTERM",
+        ],
+    );
     let ex: Vec<_> = evs.iter().filter(|e| e.kind.name() == "exception").collect();
     assert_eq!(ex.len(), 1);
     assert_eq!(ex[0].rank, Some(Rank(1)));
@@ -117,26 +123,29 @@ fn nccl_warns_with_and_without_timestamps() {
 
 #[test]
 fn faulthandler_current_thread_and_periodic_dumps() {
-    let evs = run(Some(0), &[
-        "Timeout (0:00:25)!",
-        "Thread 0x00007f245f1776c0 (most recent call first):",
-        "  File \"/opt/job/data.py\", line 12 in __next__",
-        "  File \"/opt/job/worker.py\", line 88 in main",
-        "Timeout (0:00:50)!",
-        "Thread 0x00007f245f1776c0 (most recent call first):",
-        "  File \"/opt/job/worker.py\", line 88 in main",
-        "Fatal Python error: Bus error",
-        "",
-        "Thread 0x00007f73de9fe6c0 (most recent call first):",
-        "  File \"/usr/lib/python3.12/threading.py\", line 355 in wait",
-        "",
-        "Current thread 0x00007f77833ff140 (most recent call first):",
-        "  File \"/opt/job/data.py\", line 40 in load",
-        "  File \"/opt/job/worker.py\", line 92 in main",
-        "",
-        "Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)",
-        "Segmentation fault (core dumped)",
-    ]);
+    let evs = run(
+        Some(0),
+        &[
+            "Timeout (0:00:25)!",
+            "Thread 0x00007f245f1776c0 (most recent call first):",
+            "  File \"/opt/job/data.py\", line 12 in __next__",
+            "  File \"/opt/job/worker.py\", line 88 in main",
+            "Timeout (0:00:50)!",
+            "Thread 0x00007f245f1776c0 (most recent call first):",
+            "  File \"/opt/job/worker.py\", line 88 in main",
+            "Fatal Python error: Bus error",
+            "",
+            "Thread 0x00007f73de9fe6c0 (most recent call first):",
+            "  File \"/usr/lib/python3.12/threading.py\", line 355 in wait",
+            "",
+            "Current thread 0x00007f77833ff140 (most recent call first):",
+            "  File \"/opt/job/data.py\", line 40 in load",
+            "  File \"/opt/job/worker.py\", line 92 in main",
+            "",
+            "Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)",
+            "Segmentation fault (core dumped)",
+        ],
+    );
     assert_eq!(names(&evs), ["stack_dump", "stack_dump", "fatal_signal", "error_line"]);
     let EventKind::FatalSignal { what, frames } = &evs[2].kind else { unreachable!() };
     assert_eq!(what, "Bus error");
@@ -162,14 +171,17 @@ fn cpp_exception_blocks_emit_nothing_of_their_own() {
 
 #[test]
 fn kernel_slurm_and_dataloader_lines() {
-    let evs = run(None, &[
-        "Nov 30 08:58:51 gpu7 kernel: NVRM: Xid (PCI:0000:0a:00): 79, pid=12345, name=python, GPU has fallen off the bus.",
-        "[ 4521.112] Out of memory: Killed process 12345 (python) total-vm:123456kB, anon-rss:1000kB",
-        "srun: error: node12: task 3: Killed",
-        "slurmstepd: error: *** JOB 1234 ON node12 CANCELLED AT 2026-11-30T08:59:11 DUE TO TIME LIMIT ***",
-        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
-        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
-    ]);
+    let evs = run(
+        None,
+        &[
+            "Nov 30 08:58:51 gpu7 kernel: NVRM: Xid (PCI:0000:0a:00): 79, pid=12345, name=python, GPU has fallen off the bus.",
+            "[ 4521.112] Out of memory: Killed process 12345 (python) total-vm:123456kB, anon-rss:1000kB",
+            "srun: error: node12: task 3: Killed",
+            "slurmstepd: error: *** JOB 1234 ON node12 CANCELLED AT 2026-11-30T08:59:11 DUE TO TIME LIMIT ***",
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+        ],
+    );
     // srun's line is both the scheduler's word and task 3's end (under srun, rank 3).
     assert_eq!(names(&evs), ["xid", "oom_kill", "launcher_worker_failed", "scheduler_end", "scheduler_end", "error_line"]);
     assert!(evs[0].printed_ns.is_some());
@@ -253,7 +265,12 @@ fn throughput() {
     }
     let lines: Vec<Vec<LogLine>> = files
         .iter()
-        .map(|f| f.split(|b| *b == b'\n').enumerate().map(|(i, l)| LogLine { rank: None, stream: Stream::Stderr, seq: i as u64, capture_ns: T0, bytes: l.to_vec() }).collect())
+        .map(|f| {
+            f.split(|b| *b == b'\n')
+                .enumerate()
+                .map(|(i, l)| LogLine { rank: None, stream: Stream::Stderr, seq: i as u64, capture_ns: T0, bytes: l.to_vec() })
+                .collect()
+        })
         .collect();
     let bytes: usize = files.iter().map(Vec::len).sum();
     let reps = 30;

@@ -10,10 +10,7 @@ mod unranked;
 
 use coroner_analysis::live::{LiveConfig, LiveMonitor};
 use coroner_analysis::{JobEvidence, RuleSet};
-use coroner_model::{
-    ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary,
-    Stream, SuspectedHang, Verdict,
-};
+use coroner_model::{ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary, Stream, SuspectedHang, Verdict};
 use coroner_parse::{RankFiler, RankParser};
 use std::collections::BTreeMap;
 
@@ -121,10 +118,7 @@ impl JobPipeline {
                 None => live.push_line(rank, line.capture_ns, &text),
             }
         }
-        let parser = self
-            .parsers
-            .entry((line.rank, line.stream))
-            .or_insert_with(|| RankParser::new(line.rank));
+        let parser = self.parsers.entry((line.rank, line.stream)).or_insert_with(|| RankParser::new(line.rank));
         let mut out = Vec::new();
         parser.push(&line, &mut out);
         self.file_events(line.rank, out);
@@ -189,10 +183,7 @@ impl JobPipeline {
     /// rank, if it had one; the analysis names the rank of the others from the pid or GPU in them.
     pub fn add_hardware_lines(&mut self, rank: Option<Rank>, lines: impl IntoIterator<Item = (EventKind, String)>) {
         // The year of a syslog stamp is read from the job's own times.
-        let reference = rank
-            .and_then(|r| self.evidence.ranks.get(&r))
-            .or_else(|| self.evidence.ranks.values().next())
-            .and_then(|r| r.last_capture_ns);
+        let reference = rank.and_then(|r| self.evidence.ranks.get(&r)).or_else(|| self.evidence.ranks.values().next()).and_then(|r| r.last_capture_ns);
         for (kind, text) in lines {
             let printed_ns = reference.and_then(|t| coroner_parse::time::printed_time(&text, t));
             let seq = self.evidence.hardware.len() as u64;
@@ -276,8 +267,7 @@ impl JobPipeline {
         if rank.is_none() {
             // A per-node agent samples every GPU of its node: GPU i is local rank i's (the
             // launchers' convention), filed where that worker's `[default<i>]:` lines go.
-            let (samples, rest): (Vec<Event>, Vec<Event>) =
-                events.into_iter().partition(|e| matches!(&e.kind, EventKind::GpuSample(s) if s.index.is_some()));
+            let (samples, rest): (Vec<Event>, Vec<Event>) = events.into_iter().partition(|e| matches!(&e.kind, EventKind::GpuSample(s) if s.index.is_some()));
             for e in samples {
                 let owner = match &e.kind {
                     EventKind::GpuSample(s) => s.index.map(|i| self.filer.global_of(i)),
@@ -298,12 +288,7 @@ impl JobPipeline {
             if let EventKind::LauncherWorkerFailed(f) = &e.kind {
                 let rank = f.global_rank.or_else(|| f.local_rank.map(|l| self.filer.global_of(l)));
                 if let Some(rank) = rank {
-                    ends.entry(rank).or_insert(ProcessEnd {
-                        rank,
-                        exit_code: f.exit_code,
-                        signal: f.signal,
-                        at_ns: None,
-                    });
+                    ends.entry(rank).or_insert(ProcessEnd { rank, exit_code: f.exit_code, signal: f.signal, at_ns: None });
                 }
             }
         }
@@ -320,13 +305,8 @@ impl JobPipeline {
 /// When some ranks left a flight recorder dump and others did not, the silent ones are evidence:
 /// a rank that died before its watchdog could dump, or one that never reached a collective.
 fn missing_dumps(evidence: &JobEvidence) -> Option<String> {
-    let dumped: std::collections::BTreeSet<Rank> = evidence
-        .snapshots
-        .iter()
-        .filter(|s| s.kind == "flight_recorder")
-        .filter_map(|s| s.rank)
-        .chain(evidence.fr_progress.iter().map(|r| r.0))
-        .collect();
+    let dumped: std::collections::BTreeSet<Rank> =
+        evidence.snapshots.iter().filter(|s| s.kind == "flight_recorder").filter_map(|s| s.rank).chain(evidence.fr_progress.iter().map(|r| r.0)).collect();
     if dumped.is_empty() {
         return None;
     }
@@ -470,14 +450,19 @@ mod gpu_sample_tests {
         let mut p = JobPipeline::new("j");
         p.set_node_rank_base(8);
         for (seq, index) in [0u32, 1].iter().enumerate() {
-            let s = GpuSample { index: Some(*index), bus: format!("00000000:0{index}:00.0"), used_mib: 100 + u64::from(*index), total_mib: 1000, util_pct: None };
+            let s =
+                GpuSample { index: Some(*index), bus: format!("00000000:0{index}:00.0"), used_mib: 100 + u64::from(*index), total_mib: 1000, util_pct: None };
             p.push_line(LogLine { rank: None, stream: Stream::File, seq: seq as u64, capture_ns: 1, bytes: s.to_line().into_bytes() });
         }
         let ev = p.evidence();
-        let last = |r: u32| ev.ranks.get(&Rank(r)).and_then(|r| r.events.iter().find_map(|e| match &e.kind {
-            EventKind::GpuSample(s) => Some(s.used_mib),
-            _ => None,
-        }));
+        let last = |r: u32| {
+            ev.ranks.get(&Rank(r)).and_then(|r| {
+                r.events.iter().find_map(|e| match &e.kind {
+                    EventKind::GpuSample(s) => Some(s.used_mib),
+                    _ => None,
+                })
+            })
+        };
         assert_eq!((last(8), last(9)), (Some(100), Some(101)));
     }
 }
@@ -506,7 +491,13 @@ mod live_tests {
         // From 14 s every rank is quiet after step 9; their agents keep sampling the GPUs.
         for k in 0..4u64 {
             for r in 0..4 {
-                let s = GpuSample { index: Some(0), bus: format!("0000000{r}:3B:00.0"), used_mib: 9000, total_mib: 81920, util_pct: Some(if r == 2 { 0 } else { 100 }) };
+                let s = GpuSample {
+                    index: Some(0),
+                    bus: format!("0000000{r}:3B:00.0"),
+                    used_mib: 9000,
+                    total_mib: 81920,
+                    util_pct: Some(if r == 2 { 0 } else { 100 }),
+                };
                 p.push_line(line(r, Stream::File, k, (20 + 10 * k as i64) * S, s.to_line()));
             }
         }
@@ -568,7 +559,13 @@ mod step_bound_tests {
     fn a_short_job_keeps_every_step_and_gets_no_note() {
         let mut p = JobPipeline::new("j");
         for step in 0..100u64 {
-            p.push_line(LogLine { rank: Some(Rank(0)), stream: Stream::Stdout, seq: step, capture_ns: S + step as i64, bytes: format!("step {step} loss 1.0").into_bytes() });
+            p.push_line(LogLine {
+                rank: Some(Rank(0)),
+                stream: Stream::Stdout,
+                seq: step,
+                capture_ns: S + step as i64,
+                bytes: format!("step {step} loss 1.0").into_bytes(),
+            });
         }
         let ev = p.evidence();
         assert_eq!((ev.ranks[&Rank(0)].steps.len(), ev.ranks[&Rank(0)].steps.stride()), (100, 1));

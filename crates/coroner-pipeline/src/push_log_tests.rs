@@ -8,7 +8,13 @@ use coroner_model::{FaultClass, LogLine, Rank, Report, Stream, Verdict};
 fn lines(text: &str) -> Vec<LogLine> {
     text.lines()
         .enumerate()
-        .map(|(i, t)| LogLine { rank: None, stream: Stream::File, seq: i as u64, capture_ns: 1_790_000_000_000_000_000 + i as i64, bytes: t.as_bytes().to_vec() })
+        .map(|(i, t)| LogLine {
+            rank: None,
+            stream: Stream::File,
+            seq: i as u64,
+            capture_ns: 1_790_000_000_000_000_000 + i as i64,
+            bytes: t.as_bytes().to_vec(),
+        })
         .collect()
 }
 
@@ -54,7 +60,10 @@ fn a_combined_log_files_prefixed_lines_and_the_launchers_report_by_rank() {
 
 #[test]
 fn srun_labels_mpi_tags_and_ray_actors_name_their_processes() {
-    let r = report(&[("slurm-1.out", "0: step 3\n1: Fatal Python error: Segmentation fault\n1: \n1: Current thread 0x00007f (most recent call first):\n1:   File \"x.py\", line 1 in f\n")]);
+    let r = report(&[(
+        "slurm-1.out",
+        "0: step 3\n1: Fatal Python error: Segmentation fault\n1: \n1: Current thread 0x00007f (most recent call first):\n1:   File \"x.py\", line 1 in f\n",
+    )]);
     assert_eq!(first(&r), (Verdict::Failed, Some(1), Some(FaultClass::Segfault)));
     let r = report(&[("mpi.log", "[1,0]<stdout>:step 1\n[1,3]<stderr>:RuntimeError: CUDA error: an illegal memory access was encountered\n")]);
     assert_eq!(first(&r).1, Some(3));

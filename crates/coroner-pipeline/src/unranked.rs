@@ -14,9 +14,9 @@
 
 use crate::JobPipeline;
 use coroner_model::{EventKind, LogLine, Rank};
-use std::collections::BTreeMap;
 use coroner_parse::prefix::{split_rank_prefix, RankPrefix};
 use coroner_parse::{kernel::looks_like_kernel_line, selfrank::self_described};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 /// How one log without an owner is filed.
@@ -39,7 +39,9 @@ impl JobPipeline {
         let filing = if kernel_log_name(source) { Filing::Kernel } else { decide(&lines) };
         match filing {
             Filing::Kernel => {
-                self.add_note(format!("{source} is a kernel log: its lines belong to no rank; Xid and OOM-killer lines are joined to a rank by the pid or GPU they name"));
+                self.add_note(format!(
+                    "{source} is a kernel log: its lines belong to no rank; Xid and OOM-killer lines are joined to a rank by the pid or GPU they name"
+                ));
                 for mut l in lines {
                     l.rank = None;
                     self.push_line(l);
@@ -55,7 +57,9 @@ impl JobPipeline {
                         let r = Rank::unknown(self.unknown_logs);
                         self.unknown_logs = self.unknown_logs.saturating_add(1);
                         if unprefixed > 0 && prefixed == 0 {
-                            self.add_note(format!("{source}: no file name, prefix or line of its own gives its rank: read as the log of one process of unknown rank"));
+                            self.add_note(format!(
+                                "{source}: no file name, prefix or line of its own gives its rank: read as the log of one process of unknown rank"
+                            ));
                         }
                         self.evidence.unknown_sources.insert(r, source.to_string());
                         r
@@ -79,7 +83,6 @@ impl JobPipeline {
             }
         }
     }
-
 }
 
 /// Where launchers' own code lives: a traceback through it is the launcher's.
@@ -101,24 +104,20 @@ pub(crate) fn identify_by_launcher(evidence: &mut coroner_analysis::JobEvidence)
     // runs through the launcher's code) stays a process of its own.
     let launchers_words = |m: &str| m.contains("ChildFailedError") || m.contains("processes exited with non-zero") || m.contains("CalledProcessError");
     let workers_own = |e: &coroner_model::Event| match &e.kind {
-        EventKind::Exception { message, frames, .. } => {
-            !launchers_words(message) && !frames.iter().any(|f| LAUNCHER_CODE.iter().any(|l| f.file.contains(l)))
-        }
+        EventKind::Exception { message, frames, .. } => !launchers_words(message) && !frames.iter().any(|f| LAUNCHER_CODE.iter().any(|l| f.file.contains(l))),
         // An exception's last line pasted without its traceback: `torch.cuda.OutOfMemoryError: ...`.
         EventKind::ErrorLine { message } => {
             let ty = message.split(':').next().unwrap_or("");
-            let is_type = !ty.is_empty() && ty.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_') && (ty.ends_with("Error") || ty.ends_with("Exception"));
+            let is_type = !ty.is_empty()
+                && ty.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
+                && (ty.ends_with("Error") || ty.ends_with("Exception"));
             is_type && !launchers_words(message)
         }
         _ => false,
     };
     let unknown: Vec<Rank> = evidence.ranks.iter().filter(|(r, ev)| r.is_unknown() && ev.events.iter().any(workers_own)).map(|(r, _)| *r).collect();
-    let silent_ended: Vec<Rank> = evidence
-        .ends
-        .iter()
-        .map(|e| e.rank)
-        .filter(|r| !r.is_unknown() && evidence.ranks.get(r).is_none_or(|ev| ev.lines == 0))
-        .collect();
+    let silent_ended: Vec<Rank> =
+        evidence.ends.iter().map(|e| e.rank).filter(|r| !r.is_unknown() && evidence.ranks.get(r).is_none_or(|ev| ev.lines == 0)).collect();
     let (&[u], &[r]) = (unknown.as_slice(), silent_ended.as_slice()) else { return };
     let Some(source) = evidence.unknown_sources.get(&u).cloned() else { return };
     if source.contains(", pid ") {
@@ -132,7 +131,9 @@ pub(crate) fn identify_by_launcher(evidence: &mut coroner_analysis::JobEvidence)
     evidence.ranks.insert(r, ev);
     let unknown_note = format!("{source}: no file name, prefix or line of its own gives its rank");
     evidence.notes.retain(|n| !n.starts_with(&unknown_note));
-    evidence.notes.push(format!("{source}: read as rank {r}'s log: its lines name no rank, and the launcher reports that rank {r}, which has no other log, ended"));
+    evidence
+        .notes
+        .push(format!("{source}: read as rank {r}'s log: its lines name no rank, and the launcher reports that rank {r}, which has no other log, ended"));
 }
 
 /// Decides how a log's lines are filed (pure; see the module doc).
@@ -236,7 +237,11 @@ mod tests {
 
     #[test]
     fn a_dmesg_excerpt_is_a_kernel_log() {
-        let l = lines(&["[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641", "[Fri Jan 29 23:42:35 2021] NVRM: Xid (PCI:0000:db:00): 43, pid=13641", "some wrapped tail"]);
+        let l = lines(&[
+            "[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641",
+            "[Fri Jan 29 23:42:35 2021] NVRM: Xid (PCI:0000:db:00): 43, pid=13641",
+            "some wrapped tail",
+        ]);
         assert_eq!(decide(&l), Filing::Kernel);
     }
 

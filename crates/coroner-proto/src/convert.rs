@@ -38,13 +38,7 @@ pub fn line_from_wire(line: v1::LogLine, session_rank: Option<Rank>) -> Result<L
     let stream = stream_from_wire(line.stream, line.seq)?;
     let mut bytes = line.raw;
     coroner_model::cap_line(&mut bytes);
-    Ok(LogLine {
-        rank: line.rank.map(Rank).or(session_rank),
-        stream,
-        seq: line.seq,
-        capture_ns: line.capture_ns,
-        bytes,
-    })
+    Ok(LogLine { rank: line.rank.map(Rank).or(session_rank), stream, seq: line.seq, capture_ns: line.capture_ns, bytes })
 }
 
 pub fn line_to_wire(line: &LogLine) -> v1::LogLine {
@@ -119,13 +113,7 @@ mod tests {
 
     #[test]
     fn a_line_survives_the_round_trip_with_its_exact_bytes() {
-        let line = LogLine {
-            rank: Some(Rank(3)),
-            stream: Stream::Stderr,
-            seq: 7,
-            capture_ns: 42,
-            bytes: vec![0xff, b'a', 0, b'b'],
-        };
+        let line = LogLine { rank: Some(Rank(3)), stream: Stream::Stderr, seq: 7, capture_ns: 42, bytes: vec![0xff, b'a', 0, b'b'] };
         assert_eq!(line_from_wire(line_to_wire(&line), None).unwrap(), line);
     }
 
@@ -141,10 +129,7 @@ mod tests {
     #[test]
     fn an_unspecified_stream_is_refused_with_the_line_it_came_from() {
         let wire = v1::LogLine { seq: 9, stream: 0, ..Default::default() };
-        assert_eq!(
-            line_from_wire(wire, None),
-            Err(WireError::UnknownStream { seq: 9, value: 0 })
-        );
+        assert_eq!(line_from_wire(wire, None), Err(WireError::UnknownStream { seq: 9, value: 0 }));
     }
 
     #[test]

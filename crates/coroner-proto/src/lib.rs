@@ -11,5 +11,4 @@ pub mod v1 {
 }
 
 /// The encoded file descriptor set, for gRPC reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/coroner_v1_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/coroner_v1_descriptor.bin"));

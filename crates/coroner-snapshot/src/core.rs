@@ -34,7 +34,10 @@ struct Elf<'a> {
 
 impl Elf<'_> {
     fn uint(&self, at: usize, n: usize) -> Result<u64, SnapshotError> {
-        let s = at.checked_add(n).and_then(|e| self.b.get(at..e)).ok_or_else(|| bad(format!("truncated: {n} bytes at {at} beyond the file's {} bytes", self.b.len())))?;
+        let s = at
+            .checked_add(n)
+            .and_then(|e| self.b.get(at..e))
+            .ok_or_else(|| bad(format!("truncated: {n} bytes at {at} beyond the file's {} bytes", self.b.len())))?;
         let it: Box<dyn Iterator<Item = &u8>> = if self.le { Box::new(s.iter().rev()) } else { Box::new(s.iter()) };
         Ok(it.fold(0u64, |a, x| (a << 8) | u64::from(*x)))
     }
@@ -45,9 +48,24 @@ impl Elf<'_> {
 
 pub fn signal_name(sig: u32) -> String {
     let name = match sig {
-        1 => "SIGHUP", 2 => "SIGINT", 3 => "SIGQUIT", 4 => "SIGILL", 5 => "SIGTRAP", 6 => "SIGABRT",
-        7 => "SIGBUS", 8 => "SIGFPE", 9 => "SIGKILL", 10 => "SIGUSR1", 11 => "SIGSEGV", 12 => "SIGUSR2",
-        13 => "SIGPIPE", 14 => "SIGALRM", 15 => "SIGTERM", 24 => "SIGXCPU", 25 => "SIGXFSZ", 31 => "SIGSYS",
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
         _ => return format!("signal {sig}"),
     };
     name.to_string()
@@ -67,8 +85,16 @@ pub fn parse(b: &[u8]) -> Result<CoreInfo, SnapshotError> {
     if b.len() < 52 {
         return Err(bad("truncated ELF header"));
     }
-    let is64 = match b[4] { 1 => false, 2 => true, c => return Err(bad(format!("unknown ELF class {c}"))) };
-    let le = match b[5] { 1 => true, 2 => false, d => return Err(bad(format!("unknown ELF byte order {d}"))) };
+    let is64 = match b[4] {
+        1 => false,
+        2 => true,
+        c => return Err(bad(format!("unknown ELF class {c}"))),
+    };
+    let le = match b[5] {
+        1 => true,
+        2 => false,
+        d => return Err(bad(format!("unknown ELF byte order {d}"))),
+    };
     let e = Elf { b, le, is64 };
     let e_type = e.uint(16, 2)?;
     if e_type != 4 {

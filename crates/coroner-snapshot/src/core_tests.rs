@@ -14,7 +14,11 @@ pub fn synthetic(is64: bool, le: bool, sig: u32, pid: u32, fname: &str) -> Vec<u
             return;
         }
         let bytes = x.to_le_bytes();
-        if le { v.extend_from_slice(&bytes[..n]) } else { v.extend(bytes[..n].iter().rev()) }
+        if le {
+            v.extend_from_slice(&bytes[..n]);
+        } else {
+            v.extend(bytes[..n].iter().rev());
+        }
     };
     let w = if is64 { 8 } else { 4 };
     let mut notes = Vec::new();

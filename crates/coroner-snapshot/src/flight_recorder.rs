@@ -180,24 +180,35 @@ pub fn parse(bytes: &[u8]) -> Result<FlightRecord, SnapshotError> {
     };
     let entries = top.get("entries").and_then(Value::as_seq).ok_or_else(|| SnapshotError::Format("no `entries` list: not a flight recorder dump".into()))?;
     let mut rec = FlightRecord {
-        version: match top.get("version") { Some(Value::Str(s)) => s.clone(), Some(v) => format!("{v:?}"), None => String::new() },
+        version: match top.get("version") {
+            Some(Value::Str(s)) => s.clone(),
+            Some(v) => format!("{v:?}"),
+            None => String::new(),
+        },
         entries: entries.iter().map(entry).collect::<Result<_, _>>()?,
         ..Default::default()
     };
     if let Some(Value::Dict(cfg)) = top.get("pg_config") {
         for (k, v) in cfg {
             let desc = v.get("desc").and_then(Value::as_str).unwrap_or_default().to_string();
-            let ranks = match v.get("ranks") { Some(Value::Str(s)) => s.clone(), Some(other) => format!("{other:?}"), None => String::new() };
+            let ranks = match v.get("ranks") {
+                Some(Value::Str(s)) => s.clone(),
+                Some(other) => format!("{other:?}"),
+                None => String::new(),
+            };
             rec.pg_config.insert(key_string(k), (desc, ranks));
         }
     }
     if let Some(Value::Dict(status)) = top.get("pg_status") {
         for (k, v) in status {
-            rec.pg_status.insert(key_string(k), FrPgStatus {
-                last_enqueued: seq(v.get("last_enqueued_collective")),
-                last_started: seq(v.get("last_started_collective")),
-                last_completed: seq(v.get("last_completed_collective")),
-            });
+            rec.pg_status.insert(
+                key_string(k),
+                FrPgStatus {
+                    last_enqueued: seq(v.get("last_enqueued_collective")),
+                    last_started: seq(v.get("last_started_collective")),
+                    last_completed: seq(v.get("last_completed_collective")),
+                },
+            );
         }
     }
     Ok(rec)
@@ -214,7 +225,10 @@ impl FlightRecord {
     pub fn progress(&self) -> Vec<FrProgress> {
         let mut by_pg: BTreeMap<String, FrProgress> = BTreeMap::new();
         let slot = |by_pg: &mut BTreeMap<String, FrProgress>, pg: &str| {
-            by_pg.entry(pg.to_string()).or_insert_with(|| FrProgress { pg: PgId(pg.to_string()), last_enqueued: None, last_started: None, last_completed: None, pending: None }).clone()
+            by_pg
+                .entry(pg.to_string())
+                .or_insert_with(|| FrProgress { pg: PgId(pg.to_string()), last_enqueued: None, last_started: None, last_completed: None, pending: None })
+                .clone()
         };
         for e in self.entries.iter().filter(|e| !e.is_p2p) {
             let Some(s) = e.collective_seq_id.and_then(|s| u64::try_from(s).ok()).map(SeqNo) else { continue };
@@ -223,7 +237,10 @@ impl FlightRecord {
             // gloo never marks an entry completed; it retires it when the work is over.
             let done = e.state == "completed" || e.retired;
             match e.state.as_str() {
-                _ if done => { raise(&mut p.last_started, s); raise(&mut p.last_completed, s); }
+                _ if done => {
+                    raise(&mut p.last_started, s);
+                    raise(&mut p.last_completed, s);
+                }
                 "started" => raise(&mut p.last_started, s),
                 _ => {}
             }
@@ -238,7 +255,9 @@ impl FlightRecord {
             let pg = &self.status_group(key);
             let mut p = slot(&mut by_pg, pg);
             for (dst, src) in [(&mut p.last_enqueued, st.last_enqueued), (&mut p.last_started, st.last_started), (&mut p.last_completed, st.last_completed)] {
-                if let Some(v) = src { raise(dst, v); }
+                if let Some(v) = src {
+                    raise(dst, v);
+                }
             }
             by_pg.insert(pg.clone(), p);
         }
@@ -249,10 +268,7 @@ impl FlightRecord {
     /// (`pg_id`), which is its name only for groups made in the same order everywhere: gloo's
     /// second group of ranks 2 and 3 is `pg_id` 1 but named `"2"`. Entries carry both.
     pub fn status_group(&self, key: &str) -> String {
-        self.entries
-            .iter()
-            .find(|e| e.pg_id.is_some_and(|id| id.to_string() == key))
-            .map_or_else(|| key.to_string(), |e| e.pg_name.clone())
+        self.entries.iter().find(|e| e.pg_id.is_some_and(|id| id.to_string() == key)).map_or_else(|| key.to_string(), |e| e.pg_name.clone())
     }
 
     /// Short lines for the report.
@@ -260,10 +276,8 @@ impl FlightRecord {
         let mut out = Vec::new();
         for p in self.progress() {
             let n = |s: Option<SeqNo>| s.map_or("none".to_string(), |s| s.to_string());
-            let mut line = format!(
-                "flight recorder: pg {} last enqueued {}, started {}, completed {}",
-                p.pg, n(p.last_enqueued), n(p.last_started), n(p.last_completed)
-            );
+            let mut line =
+                format!("flight recorder: pg {} last enqueued {}, started {}, completed {}", p.pg, n(p.last_enqueued), n(p.last_started), n(p.last_completed));
             if let Some((seq, op, state, numel)) = &p.pending {
                 line.push_str(&format!("; pending {op} seq {seq} {state}"));
                 if let Some(n) = numel {
@@ -306,7 +320,10 @@ mod tests {
         assert_eq!(p0[0].last_enqueued, Some(SeqNo(11)));
         assert_eq!(p0[0].last_completed, Some(SeqNo(10)));
         assert_eq!(p0[0].pending, Some((SeqNo(11), "ALLREDUCE".into(), "scheduled".into(), Some(1153))));
-        assert_eq!(r0.highlights(), vec!["flight recorder: pg 0 last enqueued 11, started 10, completed 10; pending ALLREDUCE seq 11 scheduled (1153 elements)"]);
+        assert_eq!(
+            r0.highlights(),
+            vec!["flight recorder: pg 0 last enqueued 11, started 10, completed 10; pending ALLREDUCE seq 11 scheduled (1153 elements)"]
+        );
     }
 
     #[test]

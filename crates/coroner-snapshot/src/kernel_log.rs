@@ -19,18 +19,22 @@ pub fn parse(bytes: &[u8]) -> Vec<(EventKind, String)> {
 /// One line per kind of finding, then the first few lines themselves.
 pub fn highlights(bytes: &[u8]) -> Vec<String> {
     let events = parse(bytes);
-    let xids: Vec<String> = events.iter().filter_map(|(e, _)| match e {
-        EventKind::Xid { code, pci, .. } => Some(format!("Xid {code} on {pci}")),
-        _ => None,
-    }).collect();
-    let ooms: Vec<String> = events.iter().filter_map(|(e, _)| match e {
-        EventKind::OomKill { pid, process } => Some(format!(
-            "{}{}",
-            process.as_deref().unwrap_or("a process"),
-            pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
-        )),
-        _ => None,
-    }).collect();
+    let xids: Vec<String> = events
+        .iter()
+        .filter_map(|(e, _)| match e {
+            EventKind::Xid { code, pci, .. } => Some(format!("Xid {code} on {pci}")),
+            _ => None,
+        })
+        .collect();
+    let ooms: Vec<String> = events
+        .iter()
+        .filter_map(|(e, _)| match e {
+            EventKind::OomKill { pid, process } => {
+                Some(format!("{}{}", process.as_deref().unwrap_or("a process"), pid.map(|p| format!(" (pid {p})")).unwrap_or_default()))
+            }
+            _ => None,
+        })
+        .collect();
     let errors = events.iter().filter(|(e, _)| matches!(e, EventKind::ErrorLine { .. })).count();
     let mut out = Vec::new();
     if !xids.is_empty() {

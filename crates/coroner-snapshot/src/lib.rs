@@ -165,7 +165,11 @@ fn sniff(b: &[u8]) -> &'static str {
         "nvidia_smi"
     } else if text.contains("memory summary") {
         "memory_summary"
-    } else if text.contains("Fatal Python error") || text.contains("Traceback (most recent call last)") || text.starts_with("reason:") || text.contains("most recent call first") {
+    } else if text.contains("Fatal Python error")
+        || text.contains("Traceback (most recent call last)")
+        || text.starts_with("reason:")
+        || text.contains("most recent call first")
+    {
         "stack"
     } else {
         "other"

@@ -55,7 +55,11 @@ pub fn human(b: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 /// `66584 KiB` or `230400 B` to bytes.
@@ -134,11 +138,14 @@ mod tests {
         assert_eq!(m.reserved, Some(67584 << 10));
         assert_eq!(m.active_peak, Some(66604 << 10));
         assert_eq!(m.fragmentation(), Some(1000 << 10));
-        assert_eq!(m.highlights(), vec![
-            "peak allocated 65.0 MiB, reserved 66.0 MiB",
-            "now allocated 65.0 MiB, reserved 66.0 MiB, 1000.0 KiB reserved but unallocated",
-            "1 CUDA OOM on device 1, 1 cudaMalloc retries",
-        ]);
+        assert_eq!(
+            m.highlights(),
+            vec![
+                "peak allocated 65.0 MiB, reserved 66.0 MiB",
+                "now allocated 65.0 MiB, reserved 66.0 MiB, 1000.0 KiB reserved but unallocated",
+                "1 CUDA OOM on device 1, 1 cudaMalloc retries",
+            ]
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! `clocks_event_reasons`, `single_bit`/`double_bit` became `sram_*`/`dram_*`), so counters are
 //! summed by what their names say rather than by fixed paths.
 
-use coroner_model::EventKind;
 use crate::SnapshotError;
+use coroner_model::EventKind;
 use quick_xml::events::Event;
 use std::collections::BTreeMap;
 
@@ -158,7 +158,14 @@ pub fn parse(bytes: &[u8]) -> Result<NvidiaSmi, SnapshotError> {
                 }
             }
             Event::Text(t) => text_buf.push_str(&t),
-            Event::GeneralRef(r) => text_buf.push_str(match &*r { "amp" => "&", "lt" => "<", "gt" => ">", "quot" => "\"", "apos" => "'", _ => "?" }),
+            Event::GeneralRef(r) => text_buf.push_str(match &*r {
+                "amp" => "&",
+                "lt" => "<",
+                "gt" => ">",
+                "quot" => "\"",
+                "apos" => "'",
+                _ => "?",
+            }),
             Event::End(_) => {
                 let value = text_buf.trim().to_string();
                 text_buf.clear();
@@ -207,7 +214,8 @@ impl NvidiaSmi {
                 (Some(u), Some(t)) => format!("{:.1}/{:.1} GiB used", u as f64 / GIB, t as f64 / GIB),
                 _ => "memory unknown".into(),
             };
-            let mut s = format!("GPU {idx} {product} ({}): {mem}, {} uncorrectable ECC", g.pci_bus_id, g.ecc_volatile_uncorrectable.max(g.ecc_aggregate_uncorrectable));
+            let mut s =
+                format!("GPU {idx} {product} ({}): {mem}, {} uncorrectable ECC", g.pci_bus_id, g.ecc_volatile_uncorrectable.max(g.ecc_aggregate_uncorrectable));
             if let Some(t) = g.temperature_c {
                 s.push_str(&format!(", {t} C"));
             }
@@ -215,7 +223,11 @@ impl NvidiaSmi {
                 s.push_str(&format!(", {} retired pages{}", g.retired_pages, if g.retired_pending { " (pending)" } else { "" }));
             }
             if g.remapped_rows_uncorrectable > 0 || g.remap_pending_or_failed {
-                s.push_str(&format!(", {} rows remapped for uncorrectable errors{}", g.remapped_rows_uncorrectable, if g.remap_pending_or_failed { " (pending or failed)" } else { "" }));
+                s.push_str(&format!(
+                    ", {} rows remapped for uncorrectable errors{}",
+                    g.remapped_rows_uncorrectable,
+                    if g.remap_pending_or_failed { " (pending or failed)" } else { "" }
+                ));
             }
             if !g.throttle.is_empty() {
                 s.push_str(&format!(", throttled: {}", g.throttle.join(", ")));

@@ -73,10 +73,13 @@ fn older_layout_with_errors() {
     assert_eq!((g.ecc_aggregate_correctable, g.ecc_aggregate_uncorrectable), (70, 4));
     assert_eq!((g.retired_pages, g.retired_pending), (3, true));
     assert_eq!(g.throttle, vec!["hw_thermal_slowdown"]);
-    assert_eq!(g.processes, vec![
-        GpuProcess { pid: Some(4242), name: "python & co".into(), used_bytes: Some(30990 << 20) },
-        GpuProcess { pid: Some(4243), name: "python".into(), used_bytes: Some(10 << 20) },
-    ]);
+    assert_eq!(
+        g.processes,
+        vec![
+            GpuProcess { pid: Some(4242), name: "python & co".into(), used_bytes: Some(30990 << 20) },
+            GpuProcess { pid: Some(4243), name: "python".into(), used_bytes: Some(10 << 20) },
+        ]
+    );
     assert_eq!(s.highlights(), vec![
         "GPU 3 Tesla V100-SXM2-32GB (00000000:3B:00.0): 30.3/31.7 GiB used, 4 uncorrectable ECC, 91 C, 3 retired pages (pending), throttled: hw_thermal_slowdown, processes: 4242 python & co, 4243 python",
     ]);

@@ -162,10 +162,13 @@ impl<'a> Machine<'a> {
         let at = self.stack.iter().rposition(|s| matches!(s, Slot::Mark)).ok_or_else(|| err("no mark on the stack"))?;
         let items = self.stack.split_off(at + 1);
         self.stack.pop();
-        items.into_iter().map(|s| match s {
-            Slot::Obj(i) => Ok(i),
-            Slot::Mark => Err(err("nested mark")),
-        }).collect()
+        items
+            .into_iter()
+            .map(|s| match s {
+                Slot::Obj(i) => Ok(i),
+                Slot::Mark => Err(err("nested mark")),
+            })
+            .collect()
     }
     fn str_of(&self, i: usize) -> Option<&str> {
         match &self.arena[i] {
@@ -217,23 +220,45 @@ impl<'a> Machine<'a> {
                         return Err(err(format!("unsupported pickle protocol {v}")));
                     }
                 }
-                0x95 => { self.take(8)?; } // FRAME
+                0x95 => {
+                    self.take(8)?;
+                } // FRAME
                 b'.' => return self.pop(),
                 b'(' => self.stack.push(Slot::Mark),
-                b'0' => { self.stack.pop().ok_or_else(|| err("stack underflow"))?; }
-                b'1' => { self.pop_mark()?; }
-                b'2' => { let t = self.top()?; self.stack.push(Slot::Obj(t)); }
+                b'0' => {
+                    self.stack.pop().ok_or_else(|| err("stack underflow"))?;
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let t = self.top()?;
+                    self.stack.push(Slot::Obj(t));
+                }
                 b'N' => self.leaf(Value::None),
                 0x88 => self.leaf(Value::Bool(true)),
                 0x89 => self.leaf(Value::Bool(false)),
                 b'I' => {
                     let s = self.line()?.trim();
-                    let v = match s { "00" => Value::Bool(false), "01" => Value::Bool(true), _ => Value::Int(s.parse().map_err(|_| err(format!("bad INT {s:?}")))?) };
+                    let v = match s {
+                        "00" => Value::Bool(false),
+                        "01" => Value::Bool(true),
+                        _ => Value::Int(s.parse().map_err(|_| err(format!("bad INT {s:?}")))?),
+                    };
                     self.leaf(v);
                 }
-                b'J' => { let v = self.le(4)? as u32 as i32; self.leaf(Value::Int(i64::from(v))); }
-                b'K' => { let v = self.le(1)?; self.leaf(Value::Int(v as i64)); }
-                b'M' => { let v = self.le(2)?; self.leaf(Value::Int(v as i64)); }
+                b'J' => {
+                    let v = self.le(4)? as u32 as i32;
+                    self.leaf(Value::Int(i64::from(v)));
+                }
+                b'K' => {
+                    let v = self.le(1)?;
+                    self.leaf(Value::Int(v as i64));
+                }
+                b'M' => {
+                    let v = self.le(2)?;
+                    self.leaf(Value::Int(v as i64));
+                }
                 b'L' => {
                     let s = self.line()?.trim().trim_end_matches('L');
                     let v = s.parse::<i64>().map(Value::Int).unwrap_or_else(|_| Value::BigInt(s.as_bytes().to_vec()));
@@ -244,47 +269,143 @@ impl<'a> Machine<'a> {
                     let b = self.take(n)?;
                     self.leaf(long_value(b));
                 }
-                b'F' => { let s = self.line()?.trim(); self.leaf(Value::Float(s.parse().map_err(|_| err(format!("bad FLOAT {s:?}")))?)); }
-                b'G' => { let b = self.take(8)?; let mut a = [0u8; 8]; a.copy_from_slice(b); self.leaf(Value::Float(f64::from_be_bytes(a))); }
-                b'S' => { let s = self.line()?.trim(); self.leaf(Value::Str(s.trim_matches(|c| c == '\'' || c == '"').to_string())); }
-                b'V' => { let s = self.line()?; self.leaf(Value::Str(s.to_string())); }
+                b'F' => {
+                    let s = self.line()?.trim();
+                    self.leaf(Value::Float(s.parse().map_err(|_| err(format!("bad FLOAT {s:?}")))?));
+                }
+                b'G' => {
+                    let b = self.take(8)?;
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    self.leaf(Value::Float(f64::from_be_bytes(a)));
+                }
+                b'S' => {
+                    let s = self.line()?.trim();
+                    self.leaf(Value::Str(s.trim_matches(|c| c == '\'' || c == '"').to_string()));
+                }
+                b'V' => {
+                    let s = self.line()?;
+                    self.leaf(Value::Str(s.to_string()));
+                }
                 b'T' | b'U' | 0x8c | b'X' | 0x8d => {
-                    let n = match op { b'U' | 0x8c => self.len(1)?, b'T' | b'X' => self.len(4)?, _ => self.len(8)? };
+                    let n = match op {
+                        b'U' | 0x8c => self.len(1)?,
+                        b'T' | b'X' => self.len(4)?,
+                        _ => self.len(8)?,
+                    };
                     let b = self.take(n)?;
-                    let s = if matches!(op, b'T' | b'U') { String::from_utf8_lossy(b).into_owned() } else {
+                    let s = if matches!(op, b'T' | b'U') {
+                        String::from_utf8_lossy(b).into_owned()
+                    } else {
                         std::str::from_utf8(b).map_err(|_| err("unicode string is not UTF-8"))?.to_string()
                     };
                     self.leaf(Value::Str(s));
                 }
                 b'B' | b'C' | 0x8e | 0x96 => {
-                    let n = match op { b'C' => self.len(1)?, b'B' => self.len(4)?, _ => self.len(8)? };
+                    let n = match op {
+                        b'C' => self.len(1)?,
+                        b'B' => self.len(4)?,
+                        _ => self.len(8)?,
+                    };
                     let b = self.take(n)?.to_vec();
                     self.leaf(Value::Bytes(b));
                 }
                 b']' => self.push(Node::List(Vec::new())),
-                b'l' => { let items = self.pop_mark()?; self.push(Node::List(items)); }
-                b'a' => { let v = self.pop()?; let t = self.top()?; self.append(t, vec![v])?; }
-                b'e' => { let items = self.pop_mark()?; let t = self.top()?; self.append(t, items)?; }
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::List(items));
+                }
+                b'a' => {
+                    let v = self.pop()?;
+                    let t = self.top()?;
+                    self.append(t, vec![v])?;
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?;
+                    self.append(t, items)?;
+                }
                 b')' => self.push(Node::Tuple(Vec::new())),
-                b't' => { let items = self.pop_mark()?; self.push(Node::Tuple(items)); }
-                0x85 => { let a = self.pop()?; self.push(Node::Tuple(vec![a])); }
-                0x86 => { let b = self.pop()?; let a = self.pop()?; self.push(Node::Tuple(vec![a, b])); }
-                0x87 => { let c = self.pop()?; let b = self.pop()?; let a = self.pop()?; self.push(Node::Tuple(vec![a, b, c])); }
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::Tuple(items));
+                }
+                0x85 => {
+                    let a = self.pop()?;
+                    self.push(Node::Tuple(vec![a]));
+                }
+                0x86 => {
+                    let b = self.pop()?;
+                    let a = self.pop()?;
+                    self.push(Node::Tuple(vec![a, b]));
+                }
+                0x87 => {
+                    let c = self.pop()?;
+                    let b = self.pop()?;
+                    let a = self.pop()?;
+                    self.push(Node::Tuple(vec![a, b, c]));
+                }
                 b'}' => self.push(Node::Dict(Vec::new())),
-                b'd' => { let items = self.pop_mark()?; self.push(Node::Dict(Vec::new())); let t = self.top()?; self.set_items(t, items)?; }
-                b's' => { let v = self.pop()?; let k = self.pop()?; let t = self.top()?; self.set_items(t, vec![k, v])?; }
-                b'u' => { let items = self.pop_mark()?; let t = self.top()?; self.set_items(t, items)?; }
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::Dict(Vec::new()));
+                    let t = self.top()?;
+                    self.set_items(t, items)?;
+                }
+                b's' => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    let t = self.top()?;
+                    self.set_items(t, vec![k, v])?;
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?;
+                    self.set_items(t, items)?;
+                }
                 0x8f => self.push(Node::Set(Vec::new())),
-                0x90 => { let items = self.pop_mark()?; let t = self.top()?; self.append(t, items)?; }
-                0x91 => { let items = self.pop_mark()?; self.push(Node::Set(items)); }
-                b'g' => { let k = self.line()?.trim().parse().map_err(|_| err("bad GET key"))?; self.memo_get(k)?; }
-                b'h' => { let k = self.le(1)?; self.memo_get(k)?; }
-                b'j' => { let k = self.le(4)?; self.memo_get(k)?; }
-                b'p' => { let k = self.line()?.trim().parse().map_err(|_| err("bad PUT key"))?; self.memo_put(k)?; }
-                b'q' => { let k = self.le(1)?; self.memo_put(k)?; }
-                b'r' => { let k = self.le(4)?; self.memo_put(k)?; }
-                0x94 => { let k = self.memo.len() as u64; self.memo_put(k)?; }
-                b'c' => { let module = self.line()?; let name = self.line()?; self.global(module, name); }
+                0x90 => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?;
+                    self.append(t, items)?;
+                }
+                0x91 => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::Set(items));
+                }
+                b'g' => {
+                    let k = self.line()?.trim().parse().map_err(|_| err("bad GET key"))?;
+                    self.memo_get(k)?;
+                }
+                b'h' => {
+                    let k = self.le(1)?;
+                    self.memo_get(k)?;
+                }
+                b'j' => {
+                    let k = self.le(4)?;
+                    self.memo_get(k)?;
+                }
+                b'p' => {
+                    let k = self.line()?.trim().parse().map_err(|_| err("bad PUT key"))?;
+                    self.memo_put(k)?;
+                }
+                b'q' => {
+                    let k = self.le(1)?;
+                    self.memo_put(k)?;
+                }
+                b'r' => {
+                    let k = self.le(4)?;
+                    self.memo_put(k)?;
+                }
+                0x94 => {
+                    let k = self.memo.len() as u64;
+                    self.memo_put(k)?;
+                }
+                b'c' => {
+                    let module = self.line()?;
+                    let name = self.line()?;
+                    self.global(module, name);
+                }
                 0x93 => {
                     let (n, m) = (self.pop()?, self.pop()?);
                     let (Some(m), Some(n)) = (self.str_of(m).map(str::to_string), self.str_of(n).map(str::to_string)) else {
@@ -297,7 +418,12 @@ impl<'a> Machine<'a> {
                     let ordered = matches!(&self.arena[callee], Node::Leaf(Value::Global(g)) if g == "collections.OrderedDict");
                     self.push(if ordered { Node::Dict(Vec::new()) } else { Node::Call(callee, args) });
                 }
-                0x92 => { let _kwargs = self.pop()?; let args = self.pop()?; let cls = self.pop()?; self.push(Node::Call(cls, args)); }
+                0x92 => {
+                    let _kwargs = self.pop()?;
+                    let args = self.pop()?;
+                    let cls = self.pop()?;
+                    self.push(Node::Call(cls, args));
+                }
                 b'i' => {
                     let (module, name) = (self.line()?, self.line()?);
                     let items = self.pop_mark()?;
@@ -309,7 +435,9 @@ impl<'a> Machine<'a> {
                 }
                 b'o' => {
                     let mut items = self.pop_mark()?;
-                    if items.is_empty() { return Err(err("OBJ without a class")); }
+                    if items.is_empty() {
+                        return Err(err("OBJ without a class"));
+                    }
                     let cls = items.remove(0);
                     self.push(Node::Tuple(items));
                     let t = self.pop()?;
@@ -319,10 +447,22 @@ impl<'a> Machine<'a> {
                     let state = self.pop()?;
                     let obj = self.pop()?;
                     // A dict built with a state (OrderedDict's `_metadata`) stays a dict.
-                    if matches!(self.arena[obj], Node::Dict(_)) { self.stack.push(Slot::Obj(obj)); } else { self.push(Node::Build(obj, state)); }
+                    if matches!(self.arena[obj], Node::Dict(_)) {
+                        self.stack.push(Slot::Obj(obj));
+                    } else {
+                        self.push(Node::Build(obj, state));
+                    }
                 }
-                b'P' => { let id = self.line()?.to_string(); self.leaf(Value::Str(id)); let i = self.pop()?; self.push(Node::PersId(i)); }
-                b'Q' => { let id = self.pop()?; self.push(Node::PersId(id)); }
+                b'P' => {
+                    let id = self.line()?.to_string();
+                    self.leaf(Value::Str(id));
+                    let i = self.pop()?;
+                    self.push(Node::PersId(i));
+                }
+                b'Q' => {
+                    let id = self.pop()?;
+                    self.push(Node::PersId(id));
+                }
                 other => return Err(err(format!("unsupported opcode 0x{other:02x} at byte {at}"))),
             }
         }
@@ -347,9 +487,14 @@ impl<'a> Machine<'a> {
             Node::List(v) => Value::List(seq(v, budget)?),
             Node::Tuple(v) => Value::Tuple(seq(v, budget)?),
             Node::Set(v) => Value::Set(seq(v, budget)?),
-            Node::Dict(pairs) => Value::Dict(pairs.iter().map(|(k, v)| Ok((self.tree(*k, depth + 1, budget)?, self.tree(*v, depth + 1, budget)?))).collect::<Result<_, SnapshotError>>()?),
+            Node::Dict(pairs) => Value::Dict(
+                pairs.iter().map(|(k, v)| Ok((self.tree(*k, depth + 1, budget)?, self.tree(*v, depth + 1, budget)?))).collect::<Result<_, SnapshotError>>()?,
+            ),
             Node::Call(c, a) => {
-                let args = match self.tree(*a, depth + 1, budget)? { Value::Tuple(t) => t, other => vec![other] };
+                let args = match self.tree(*a, depth + 1, budget)? {
+                    Value::Tuple(t) => t,
+                    other => vec![other],
+                };
                 Value::Call(Box::new(self.tree(*c, depth + 1, budget)?), args)
             }
             Node::Build(o, s) => Value::Build(Box::new(self.tree(*o, depth + 1, budget)?), Box::new(self.tree(*s, depth + 1, budget)?)),

@@ -62,7 +62,12 @@ fn corrupt_input_is_a_clear_error() {
     // Garbage never panics.
     let mut x: u32 = 12345;
     for _ in 0..2000 {
-        let bytes: Vec<u8> = (0..64).map(|_| { x = x.wrapping_mul(1664525).wrapping_add(1013904223); (x >> 24) as u8 }).collect();
+        let bytes: Vec<u8> = (0..64)
+            .map(|_| {
+                x = x.wrapping_mul(1664525).wrapping_add(1013904223);
+                (x >> 24) as u8
+            })
+            .collect();
         let _ = parse(&bytes);
     }
 }

@@ -87,7 +87,11 @@ pub fn parse(bytes: &[u8]) -> Result<StackDump, SnapshotError> {
 }
 
 fn cut(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_string() } else { format!("{}...", s.chars().take(n).collect::<String>()) }
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}...", s.chars().take(n).collect::<String>())
+    }
 }
 
 impl StackDump {

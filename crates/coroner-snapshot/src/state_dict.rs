@@ -155,14 +155,15 @@ mod tests {
     fn corpus_state_dict() {
         let sd = parse(SD).unwrap();
         let names: Vec<_> = sd.tensors.iter().map(|t| (t.name.as_str(), t.shape.clone(), t.dtype.as_str())).collect();
-        assert_eq!(names, vec![
-            ("0.weight", vec![64, 16], "float32"),
-            ("0.bias", vec![64], "float32"),
-            ("2.weight", vec![1, 64], "float32"),
-            ("2.bias", vec![1], "float32"),
-        ]);
+        assert_eq!(
+            names,
+            vec![("0.weight", vec![64, 16], "float32"), ("0.bias", vec![64], "float32"), ("2.weight", vec![1, 64], "float32"), ("2.bias", vec![1], "float32"),]
+        );
         assert_eq!(sd.tensors[0].device, "cuda:1");
-        assert_eq!(sd.highlights()[0], "state_dict: 4 tensors, 1153 elements: 0.weight [64,16] float32; 0.bias [64] float32; 2.weight [1,64] float32; 2.bias [1] float32");
+        assert_eq!(
+            sd.highlights()[0],
+            "state_dict: 4 tensors, 1153 elements: 0.weight [64,16] float32; 0.bias [64] float32; 2.weight [1,64] float32; 2.bias [1] float32"
+        );
     }
 
     /// Found while writing the snapshot fuzz target: shapes whose element count passes i64

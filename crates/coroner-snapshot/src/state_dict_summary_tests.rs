@@ -77,7 +77,8 @@ fn truncated_and_garbage_input_are_errors() {
         let e = parse(&SUMMARY[..cut]).unwrap_err().to_string();
         assert!(e.starts_with("state_dict summary: "), "{cut}: {e}");
     }
-    for bad in [&b"\xff\xfe\x00garbage"[..], b"[]", b"42", b"{}", br#"{"format":"something else"}"#, br#"{"format":"coroner.state_dict_summary","tensors":7}"#] {
+    for bad in [&b"\xff\xfe\x00garbage"[..], b"[]", b"42", b"{}", br#"{"format":"something else"}"#, br#"{"format":"coroner.state_dict_summary","tensors":7}"#]
+    {
         assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
     }
     // Negative sizes and deep nesting are errors, not panics; deep nesting in a field this reader

@@ -9,12 +9,7 @@ macro_rules! impl_metastore {
     ($store:ty) => {
         #[async_trait::async_trait]
         impl $crate::Metastore for $store {
-            async fn touch_job(
-                &self,
-                job: &coroner_model::JobId,
-                world_size: Option<u32>,
-                now_ns: i64,
-            ) -> Result<(), $crate::StoreError> {
+            async fn touch_job(&self, job: &coroner_model::JobId, world_size: Option<u32>, now_ns: i64) -> Result<(), $crate::StoreError> {
                 sqlx::query($crate::sql::TOUCH_JOB)
                     .bind(job.as_str())
                     .bind(world_size.map(i64::from))
@@ -25,10 +20,7 @@ macro_rules! impl_metastore {
                 Ok(())
             }
 
-            async fn open_session(
-                &self,
-                s: &$crate::SessionRecord,
-            ) -> Result<(), $crate::StoreError> {
+            async fn open_session(&self, s: &$crate::SessionRecord) -> Result<(), $crate::StoreError> {
                 sqlx::query($crate::sql::OPEN_SESSION)
                     .bind(&s.session_id)
                     .bind(s.job_id.as_str())
@@ -43,31 +35,20 @@ macro_rules! impl_metastore {
                     .bind(s.opened_ns)
                     .execute(&self.pool)
                     .await
-                    .map_err(|e| {
-                        $crate::StoreError::query("record the session", s.job_id.as_str(), e)
-                    })?;
+                    .map_err(|e| $crate::StoreError::query("record the session", s.job_id.as_str(), e))?;
                 Ok(())
             }
 
-            async fn sessions(
-                &self,
-                job: &coroner_model::JobId,
-            ) -> Result<Vec<$crate::SessionRecord>, $crate::StoreError> {
+            async fn sessions(&self, job: &coroner_model::JobId) -> Result<Vec<$crate::SessionRecord>, $crate::StoreError> {
                 let rows = sqlx::query($crate::sql::SESSIONS)
                     .bind(job.as_str())
                     .fetch_all(&self.pool)
                     .await
-                    .map_err(|e| {
-                        $crate::StoreError::query("read the job's sessions", job.as_str(), e)
-                    })?;
+                    .map_err(|e| $crate::StoreError::query("read the job's sessions", job.as_str(), e))?;
                 rows.iter().map($crate::rows::session_row).collect()
             }
 
-            async fn add_clock_samples(
-                &self,
-                job: &coroner_model::JobId,
-                samples: &[coroner_model::ClockSample],
-            ) -> Result<(), $crate::StoreError> {
+            async fn add_clock_samples(&self, job: &coroner_model::JobId, samples: &[coroner_model::ClockSample]) -> Result<(), $crate::StoreError> {
                 if samples.is_empty() {
                     return Ok(());
                 }
@@ -89,25 +70,16 @@ macro_rules! impl_metastore {
                 Ok(())
             }
 
-            async fn clock_samples(
-                &self,
-                job: &coroner_model::JobId,
-            ) -> Result<Vec<coroner_model::ClockSample>, $crate::StoreError> {
+            async fn clock_samples(&self, job: &coroner_model::JobId) -> Result<Vec<coroner_model::ClockSample>, $crate::StoreError> {
                 let rows = sqlx::query($crate::sql::CLOCK_SAMPLES)
                     .bind(job.as_str())
                     .fetch_all(&self.pool)
                     .await
-                    .map_err(|e| {
-                        $crate::StoreError::query("read clock samples", job.as_str(), e)
-                    })?;
+                    .map_err(|e| $crate::StoreError::query("read clock samples", job.as_str(), e))?;
                 rows.iter().map($crate::rows::clock_row).collect()
             }
 
-            async fn record_exit(
-                &self,
-                job: &coroner_model::JobId,
-                end: &coroner_model::ProcessEnd,
-            ) -> Result<(), $crate::StoreError> {
+            async fn record_exit(&self, job: &coroner_model::JobId, end: &coroner_model::ProcessEnd) -> Result<(), $crate::StoreError> {
                 sqlx::query($crate::sql::RECORD_EXIT)
                     .bind(job.as_str())
                     .bind(i64::from(end.rank.0))
@@ -116,16 +88,11 @@ macro_rules! impl_metastore {
                     .bind(end.at_ns)
                     .execute(&self.pool)
                     .await
-                    .map_err(|e| {
-                        $crate::StoreError::query("record the process end", job.as_str(), e)
-                    })?;
+                    .map_err(|e| $crate::StoreError::query("record the process end", job.as_str(), e))?;
                 Ok(())
             }
 
-            async fn process_ends(
-                &self,
-                job: &coroner_model::JobId,
-            ) -> Result<Vec<coroner_model::ProcessEnd>, $crate::StoreError> {
+            async fn process_ends(&self, job: &coroner_model::JobId) -> Result<Vec<coroner_model::ProcessEnd>, $crate::StoreError> {
                 let rows = sqlx::query($crate::sql::PROCESS_ENDS)
                     .bind(job.as_str())
                     .fetch_all(&self.pool)
@@ -134,19 +101,13 @@ macro_rules! impl_metastore {
                 rows.iter().map($crate::rows::end_row).collect()
             }
 
-            async fn add_lines_count(
-                &self,
-                job: &coroner_model::JobId,
-                n: u64,
-            ) -> Result<(), $crate::StoreError> {
+            async fn add_lines_count(&self, job: &coroner_model::JobId, n: u64) -> Result<(), $crate::StoreError> {
                 let done = sqlx::query($crate::sql::ADD_LINES)
                     .bind(job.as_str())
                     .bind($crate::rows::u64_to_db(n))
                     .execute(&self.pool)
                     .await
-                    .map_err(|e| {
-                        $crate::StoreError::query("count the job's lines", job.as_str(), e)
-                    })?;
+                    .map_err(|e| $crate::StoreError::query("count the job's lines", job.as_str(), e))?;
                 if done.rows_affected() == 0 {
                     return Err($crate::StoreError::UnknownJob(job.to_string()));
                 }
@@ -176,10 +137,7 @@ macro_rules! impl_metastore {
                 Ok(())
             }
 
-            async fn get_job(
-                &self,
-                job: &coroner_model::JobId,
-            ) -> Result<Option<$crate::JobRow>, $crate::StoreError> {
+            async fn get_job(&self, job: &coroner_model::JobId) -> Result<Option<$crate::JobRow>, $crate::StoreError> {
                 let row = sqlx::query(&$crate::sql::get_job())
                     .bind(job.as_str())
                     .fetch_optional(&self.pool)
@@ -188,10 +146,7 @@ macro_rules! impl_metastore {
                 row.as_ref().map($crate::rows::job_row).transpose()
             }
 
-            async fn list_jobs(
-                &self,
-                f: &$crate::JobFilter,
-            ) -> Result<Vec<$crate::JobRow>, $crate::StoreError> {
+            async fn list_jobs(&self, f: &$crate::JobFilter) -> Result<Vec<$crate::JobRow>, $crate::StoreError> {
                 let rows = sqlx::query(&$crate::sql::list_jobs())
                     .bind(f.verdict.as_deref())
                     .bind(f.fault_class.as_deref())
@@ -202,10 +157,7 @@ macro_rules! impl_metastore {
                 rows.iter().map($crate::rows::job_row).collect()
             }
 
-            async fn add_snapshot(
-                &self,
-                s: &$crate::SnapshotRecord,
-            ) -> Result<bool, $crate::StoreError> {
+            async fn add_snapshot(&self, s: &$crate::SnapshotRecord) -> Result<bool, $crate::StoreError> {
                 let done = sqlx::query($crate::sql::ADD_SNAPSHOT)
                     .bind(s.job_id.as_str())
                     .bind($crate::rows::rank_key(s.rank))
@@ -217,23 +169,16 @@ macro_rules! impl_metastore {
                     .bind($crate::rows::u64_to_db(s.stored_bytes))
                     .execute(&self.pool)
                     .await
-                    .map_err(|e| {
-                        $crate::StoreError::query("record the snapshot", s.job_id.as_str(), e)
-                    })?;
+                    .map_err(|e| $crate::StoreError::query("record the snapshot", s.job_id.as_str(), e))?;
                 Ok(done.rows_affected() > 0)
             }
 
-            async fn snapshots(
-                &self,
-                job: &coroner_model::JobId,
-            ) -> Result<Vec<$crate::SnapshotRecord>, $crate::StoreError> {
+            async fn snapshots(&self, job: &coroner_model::JobId) -> Result<Vec<$crate::SnapshotRecord>, $crate::StoreError> {
                 let rows = sqlx::query($crate::sql::SNAPSHOTS)
                     .bind(job.as_str())
                     .fetch_all(&self.pool)
                     .await
-                    .map_err(|e| {
-                        $crate::StoreError::query("read the job's snapshots", job.as_str(), e)
-                    })?;
+                    .map_err(|e| $crate::StoreError::query("read the job's snapshots", job.as_str(), e))?;
                 rows.iter().map($crate::rows::snapshot_row).collect()
             }
 

@@ -53,8 +53,7 @@ ON CONFLICT (job_id) DO UPDATE SET
 
 pub(crate) const DELETE_SIGNATURE: &str = "DELETE FROM failure_signatures WHERE job_id = $1";
 
-const SIGNATURE_COLUMNS: &str =
-    "job_id, recorded_ns, signature_id, class, template, frames_json, rank, host, gpu, collective";
+const SIGNATURE_COLUMNS: &str = "job_id, recorded_ns, signature_id, class, template, frames_json, rank, host, gpu, collective";
 
 pub(crate) fn signature_of() -> String {
     format!("SELECT {SIGNATURE_COLUMNS} FROM failure_signatures WHERE job_id = $1")
@@ -70,8 +69,7 @@ pub(crate) fn signatures() -> String {
 
 pub(crate) const FIRST_HOSTS_RECORD: &str = "SELECT MIN(recorded_ns) AS first_ns FROM job_hosts WHERE job_id = $1";
 pub(crate) const DELETE_JOB_HOSTS: &str = "DELETE FROM job_hosts WHERE job_id = $1";
-pub(crate) const ADD_JOB_HOST: &str =
-    "INSERT INTO job_hosts (job_id, host, ranks, verdict, recorded_ns) VALUES ($1, $2, $3, $4, $5)";
+pub(crate) const ADD_JOB_HOST: &str = "INSERT INTO job_hosts (job_id, host, ranks, verdict, recorded_ns) VALUES ($1, $2, $3, $4, $5)";
 
 pub(crate) const JOB_HOSTS: &str = "
 SELECT job_id, host, ranks, verdict, recorded_ns FROM job_hosts
@@ -87,17 +85,13 @@ pub(crate) fn frames_json(sig: &FailureSignature) -> String {
 pub(crate) fn signature_row(row: &impl Get) -> Result<RecordedFailure, StoreError> {
     let class = row.get_string("class")?;
     let frames = row.get_string("frames_json")?;
-    let rank = row
-        .get_opt_i64("rank")?
-        .map(|r| u32::try_from(r).map(Rank).map_err(|_| StoreError::Corrupt(format!("column rank holds {r}"))))
-        .transpose()?;
+    let rank = row.get_opt_i64("rank")?.map(|r| u32::try_from(r).map(Rank).map_err(|_| StoreError::Corrupt(format!("column rank holds {r}")))).transpose()?;
     Ok(RecordedFailure {
         job_id: row.get_string("job_id")?,
         recorded_ns: row.get_i64("recorded_ns")?,
         signature: FailureSignature {
             id: row.get_string("signature_id")?,
-            class: FaultClass::parse(&class)
-                .ok_or_else(|| StoreError::Corrupt(format!("column class holds the unknown fault class {class:?}")))?,
+            class: FaultClass::parse(&class).ok_or_else(|| StoreError::Corrupt(format!("column class holds the unknown fault class {class:?}")))?,
             template: row.get_string("template")?,
             frames: serde_json::from_str(&frames).map_err(|e| StoreError::Corrupt(format!("column frames_json: {e}")))?,
             rank,
@@ -114,18 +108,11 @@ pub(crate) fn job_hosts_rows(rows: &[impl Get]) -> Result<Vec<JobHosts>, StoreEr
     for row in rows {
         let job_id = row.get_string("job_id")?;
         let ranks = row.get_i64("ranks")?;
-        let host = HostCount {
-            host: row.get_string("host")?,
-            count: u32::try_from(ranks).map_err(|_| StoreError::Corrupt(format!("column ranks holds {ranks}")))?,
-        };
+        let host =
+            HostCount { host: row.get_string("host")?, count: u32::try_from(ranks).map_err(|_| StoreError::Corrupt(format!("column ranks holds {ranks}")))? };
         match out.last_mut() {
             Some(last) if last.job_id == job_id => last.hosts.push(host),
-            _ => out.push(JobHosts {
-                job_id,
-                recorded_ns: row.get_i64("recorded_ns")?,
-                verdict: row.get_string("verdict")?,
-                hosts: vec![host],
-            }),
+            _ => out.push(JobHosts { job_id, recorded_ns: row.get_i64("recorded_ns")?, verdict: row.get_string("verdict")?, hosts: vec![host] }),
         }
     }
     Ok(out)
@@ -136,12 +123,7 @@ macro_rules! impl_incident_store {
     ($store:ty) => {
         #[async_trait::async_trait]
         impl $crate::incidents::IncidentStore for $store {
-            async fn save_signature(
-                &self,
-                job: &coroner_model::JobId,
-                sig: &coroner_model::FailureSignature,
-                now_ns: i64,
-            ) -> Result<(), $crate::StoreError> {
+            async fn save_signature(&self, job: &coroner_model::JobId, sig: &coroner_model::FailureSignature, now_ns: i64) -> Result<(), $crate::StoreError> {
                 sqlx::query($crate::incidents::SAVE_SIGNATURE)
                     .bind(job.as_str())
                     .bind(now_ns)
@@ -168,10 +150,7 @@ macro_rules! impl_incident_store {
                 Ok(())
             }
 
-            async fn signature(
-                &self,
-                job: &coroner_model::JobId,
-            ) -> Result<Option<coroner_model::RecordedFailure>, $crate::StoreError> {
+            async fn signature(&self, job: &coroner_model::JobId) -> Result<Option<coroner_model::RecordedFailure>, $crate::StoreError> {
                 let row = sqlx::query(&$crate::incidents::signature_of())
                     .bind(job.as_str())
                     .fetch_optional(&self.pool)
@@ -180,10 +159,7 @@ macro_rules! impl_incident_store {
                 row.as_ref().map($crate::incidents::signature_row).transpose()
             }
 
-            async fn signatures(
-                &self,
-                f: &$crate::incidents::SignatureFilter,
-            ) -> Result<Vec<coroner_model::RecordedFailure>, $crate::StoreError> {
+            async fn signatures(&self, f: &$crate::incidents::SignatureFilter) -> Result<Vec<coroner_model::RecordedFailure>, $crate::StoreError> {
                 let rows = sqlx::query(&$crate::incidents::signatures())
                     .bind(f.class.map(|c| c.as_str()))
                     .bind(f.since_ns)
@@ -204,11 +180,7 @@ macro_rules! impl_incident_store {
                 use $crate::rows::Get as _;
                 let err = |e| $crate::StoreError::query("record the job's hosts", job.as_str(), e);
                 let mut tx = self.pool.begin().await.map_err(err)?;
-                let first = sqlx::query($crate::incidents::FIRST_HOSTS_RECORD)
-                    .bind(job.as_str())
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(err)?;
+                let first = sqlx::query($crate::incidents::FIRST_HOSTS_RECORD).bind(job.as_str()).fetch_one(&mut *tx).await.map_err(err)?;
                 let recorded = first.get_opt_i64("first_ns")?.map_or(now_ns, |t| t.min(now_ns));
                 sqlx::query($crate::incidents::DELETE_JOB_HOSTS).bind(job.as_str()).execute(&mut *tx).await.map_err(err)?;
                 for h in hosts {
@@ -226,10 +198,7 @@ macro_rules! impl_incident_store {
                 Ok(())
             }
 
-            async fn job_hosts(
-                &self,
-                since_ns: Option<i64>,
-            ) -> Result<Vec<coroner_model::JobHosts>, $crate::StoreError> {
+            async fn job_hosts(&self, since_ns: Option<i64>) -> Result<Vec<coroner_model::JobHosts>, $crate::StoreError> {
                 let rows = sqlx::query($crate::incidents::JOB_HOSTS)
                     .bind(since_ns)
                     .fetch_all(&self.pool)
@@ -248,8 +217,7 @@ macro_rules! impl_incident_store {
                 rows.iter()
                     .map(|r| {
                         let id = r.get_string("job_id")?;
-                        coroner_model::JobId::parse(&id)
-                            .map_err(|e| $crate::StoreError::Corrupt(format!("column job_id: {e}")))
+                        coroner_model::JobId::parse(&id).map_err(|e| $crate::StoreError::Corrupt(format!("column job_id: {e}")))
                     })
                     .collect()
             }

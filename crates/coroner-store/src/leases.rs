@@ -163,12 +163,7 @@ macro_rules! impl_lease_store {
                 row.as_ref().map($crate::leases::lease_row).transpose()
             }
 
-            async fn release_lease(
-                &self,
-                job: &coroner_model::JobId,
-                owner: &str,
-                epoch: i64,
-            ) -> Result<bool, $crate::StoreError> {
+            async fn release_lease(&self, job: &coroner_model::JobId, owner: &str, epoch: i64) -> Result<bool, $crate::StoreError> {
                 let done = sqlx::query(&$crate::leases::release($now))
                     .bind(job.as_str())
                     .bind(owner)
@@ -179,10 +174,7 @@ macro_rules! impl_lease_store {
                 Ok(done.rows_affected() > 0)
             }
 
-            async fn lease_holder(
-                &self,
-                job: &coroner_model::JobId,
-            ) -> Result<Option<$crate::leases::Lease>, $crate::StoreError> {
+            async fn lease_holder(&self, job: &coroner_model::JobId) -> Result<Option<$crate::leases::Lease>, $crate::StoreError> {
                 let row = sqlx::query(&$crate::leases::holder($now))
                     .bind(job.as_str())
                     .fetch_optional(&self.pool)

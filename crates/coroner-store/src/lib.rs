@@ -42,21 +42,12 @@ pub const VERDICT_RUNNING: &str = "running";
 pub trait Metastore: IncidentStore + LeaseStore + Send + Sync {
     /// Records a job, or updates it: `last_seen_ns` and `world_size` only grow,
     /// `first_seen_ns` only shrinks.
-    async fn touch_job(
-        &self,
-        job: &JobId,
-        world_size: Option<u32>,
-        now_ns: i64,
-    ) -> Result<(), StoreError>;
+    async fn touch_job(&self, job: &JobId, world_size: Option<u32>, now_ns: i64) -> Result<(), StoreError>;
     /// Records an agent session; opening the same `session_id` again replaces it.
     async fn open_session(&self, s: &SessionRecord) -> Result<(), StoreError>;
     /// The job's sessions, oldest first.
     async fn sessions(&self, job: &JobId) -> Result<Vec<SessionRecord>, StoreError>;
-    async fn add_clock_samples(
-        &self,
-        job: &JobId,
-        samples: &[ClockSample],
-    ) -> Result<(), StoreError>;
+    async fn add_clock_samples(&self, job: &JobId, samples: &[ClockSample]) -> Result<(), StoreError>;
     /// The job's clock samples by rank, each rank's in the order they were added.
     async fn clock_samples(&self, job: &JobId) -> Result<Vec<ClockSample>, StoreError>;
     /// Records how a rank's process ended; a later end of the same rank replaces it.
@@ -66,14 +57,7 @@ pub trait Metastore: IncidentStore + LeaseStore + Send + Sync {
     /// Adds `n` to the job's count of indexed lines.
     async fn add_lines_count(&self, job: &JobId, n: u64) -> Result<(), StoreError>;
     /// Stores the latest report and its summary (verdict, culprit, fault class).
-    async fn save_report(
-        &self,
-        job: &JobId,
-        verdict: &str,
-        culprit: Option<Rank>,
-        class: Option<&str>,
-        report_json: &str,
-    ) -> Result<(), StoreError>;
+    async fn save_report(&self, job: &JobId, verdict: &str, culprit: Option<Rank>, class: Option<&str>, report_json: &str) -> Result<(), StoreError>;
     async fn get_job(&self, job: &JobId) -> Result<Option<JobRow>, StoreError>;
     /// The jobs that pass the filter, most recently seen first.
     async fn list_jobs(&self, f: &JobFilter) -> Result<Vec<JobRow>, StoreError>;

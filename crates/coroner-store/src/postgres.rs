@@ -2,9 +2,9 @@
 //! same metadata. Migrations take PostgreSQL's advisory lock, so concurrent starts are safe.
 
 use crate::backend::impl_metastore;
+use crate::error::redact_url;
 use crate::incidents::impl_incident_store;
 use crate::leases::impl_lease_store;
-use crate::error::redact_url;
 use crate::StoreError;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use std::time::Duration;
@@ -31,17 +31,8 @@ impl PostgresStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
             .await
-            .map_err(|source| StoreError::ConnectPostgres {
-                location: location.clone(),
-                source,
-            })?;
-        MIGRATOR
-            .run(&pool)
-            .await
-            .map_err(|source| StoreError::Migrate {
-                location: location.clone(),
-                source,
-            })?;
+            .map_err(|source| StoreError::ConnectPostgres { location: location.clone(), source })?;
+        MIGRATOR.run(&pool).await.map_err(|source| StoreError::Migrate { location: location.clone(), source })?;
         Ok(PostgresStore { pool })
     }
 

@@ -29,15 +29,13 @@ where
         self.try_get::<i64, _>(col).map_err(|e| corrupt(col, e))
     }
     fn get_opt_i64(&self, col: &str) -> Result<Option<i64>, StoreError> {
-        self.try_get::<Option<i64>, _>(col)
-            .map_err(|e| corrupt(col, e))
+        self.try_get::<Option<i64>, _>(col).map_err(|e| corrupt(col, e))
     }
     fn get_string(&self, col: &str) -> Result<String, StoreError> {
         self.try_get::<String, _>(col).map_err(|e| corrupt(col, e))
     }
     fn get_opt_string(&self, col: &str) -> Result<Option<String>, StoreError> {
-        self.try_get::<Option<String>, _>(col)
-            .map_err(|e| corrupt(col, e))
+        self.try_get::<Option<String>, _>(col).map_err(|e| corrupt(col, e))
     }
 }
 
@@ -47,21 +45,15 @@ pub(crate) fn u64_to_db(n: u64) -> i64 {
 }
 
 fn to_u32(col: &str, v: i64) -> Result<u32, StoreError> {
-    u32::try_from(v).map_err(|_| {
-        StoreError::Corrupt(format!(
-            "column {col} holds {v}, not a 32-bit unsigned value"
-        ))
-    })
+    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("column {col} holds {v}, not a 32-bit unsigned value")))
 }
 
 fn to_i32(col: &str, v: i64) -> Result<i32, StoreError> {
-    i32::try_from(v)
-        .map_err(|_| StoreError::Corrupt(format!("column {col} holds {v}, not a 32-bit value")))
+    i32::try_from(v).map_err(|_| StoreError::Corrupt(format!("column {col} holds {v}, not a 32-bit value")))
 }
 
 fn to_u64(col: &str, v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v)
-        .map_err(|_| StoreError::Corrupt(format!("column {col} holds the negative {v}")))
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("column {col} holds the negative {v}")))
 }
 
 fn opt_u32(row: &impl Get, col: &str) -> Result<Option<u32>, StoreError> {
@@ -94,8 +86,7 @@ pub(crate) fn job_row(row: &impl Get) -> Result<JobRow, StoreError> {
 
 pub(crate) fn session_row(row: &impl Get) -> Result<SessionRecord, StoreError> {
     let versions_json = row.get_string("versions_json")?;
-    let versions = serde_json::from_str(&versions_json)
-        .map_err(|e| StoreError::Corrupt(format!("column versions_json: {e}")))?;
+    let versions = serde_json::from_str(&versions_json).map_err(|e| StoreError::Corrupt(format!("column versions_json: {e}")))?;
     Ok(SessionRecord {
         session_id: row.get_string("session_id")?,
         job_id: job_id(row)?,
@@ -129,14 +120,8 @@ pub(crate) fn clock_row(row: &impl Get) -> Result<ClockSample, StoreError> {
 pub(crate) fn end_row(row: &impl Get) -> Result<ProcessEnd, StoreError> {
     Ok(ProcessEnd {
         rank: Rank(to_u32("rank", row.get_i64("rank")?)?),
-        exit_code: row
-            .get_opt_i64("exit_code")?
-            .map(|v| to_i32("exit_code", v))
-            .transpose()?,
-        signal: row
-            .get_opt_i64("signal")?
-            .map(|v| to_i32("signal", v))
-            .transpose()?,
+        exit_code: row.get_opt_i64("exit_code")?.map(|v| to_i32("exit_code", v)).transpose()?,
+        signal: row.get_opt_i64("signal")?.map(|v| to_i32("signal", v)).transpose()?,
         at_ns: row.get_opt_i64("at_ns")?,
     })
 }
@@ -145,11 +130,7 @@ pub(crate) fn snapshot_row(row: &impl Get) -> Result<SnapshotRecord, StoreError>
     let rank_key = row.get_i64("rank_key")?;
     Ok(SnapshotRecord {
         job_id: job_id(row)?,
-        rank: if rank_key < 0 {
-            None
-        } else {
-            Some(Rank(to_u32("rank_key", rank_key)?))
-        },
+        rank: if rank_key < 0 { None } else { Some(Rank(to_u32("rank_key", rank_key)?)) },
         kind: row.get_string("kind")?,
         name: row.get_string("name")?,
         size: to_u64("size", row.get_i64("size")?)?,

@@ -2,13 +2,11 @@
 //! with a busy timeout so that concurrent writers queue instead of failing.
 
 use crate::backend::impl_metastore;
+use crate::error::redact_url;
 use crate::incidents::impl_incident_store;
 use crate::leases::impl_lease_store;
-use crate::error::redact_url;
 use crate::StoreError;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -33,10 +31,7 @@ impl SqliteStore {
     /// applies the migrations.
     pub async fn connect(url: &str) -> Result<SqliteStore, StoreError> {
         let location = redact_url(url);
-        let open_err = |source| StoreError::OpenSqlite {
-            location: location.clone(),
-            source,
-        };
+        let open_err = |source| StoreError::OpenSqlite { location: location.clone(), source };
         let mut options = SqliteConnectOptions::from_str(url)
             .map_err(open_err)?
             .journal_mode(SqliteJournalMode::Wal)
@@ -54,13 +49,7 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(open_err)?;
-        MIGRATOR
-            .run(&pool)
-            .await
-            .map_err(|source| StoreError::Migrate {
-                location: location.clone(),
-                source,
-            })?;
+        MIGRATOR.run(&pool).await.map_err(|source| StoreError::Migrate { location: location.clone(), source })?;
         Ok(SqliteStore { pool })
     }
 

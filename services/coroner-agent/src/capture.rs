@@ -15,10 +15,10 @@
 //! wall-clock time of the read that delivered the line's first byte. A line longer than
 //! [`MAX_LINE`] is passed through whole but shipped truncated, with a marker suffix.
 
-use coroner_parse::RankFiler;
 use crate::queue::{Line, LineQueue};
 use bytes::{Bytes, BytesMut};
 use coroner_model::{now_ns, Stream};
+use coroner_parse::RankFiler;
 use coroner_proto::convert::stream_to_wire;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};

@@ -5,10 +5,10 @@
 //! all and leaves the fitting (min-RTT selection, drift) to the server.
 
 use coroner_model::now_ns;
+use coroner_proto::auth::Channel;
 use coroner_proto::v1;
 use coroner_proto::v1::ingest_client::IngestClient;
 use std::time::Duration;
-use coroner_proto::auth::Channel;
 
 /// How often to probe while connected.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
@@ -36,13 +36,7 @@ mod tests {
 
     #[test]
     fn a_reply_becomes_a_sample_with_t4() {
-        let reply = v1::ClockProbe {
-            session_id: "s".into(),
-            t1_agent_send_ns: 100,
-            t2_server_recv_ns: 5_150,
-            t3_server_send_ns: 5_160,
-            t4_agent_recv_ns: 0,
-        };
+        let reply = v1::ClockProbe { session_id: "s".into(), t1_agent_send_ns: 100, t2_server_recv_ns: 5_150, t3_server_send_ns: 5_160, t4_agent_recv_ns: 0 };
         let s = complete(reply.clone(), 100, 210).unwrap();
         assert_eq!(s.t4_agent_recv_ns, 210);
         let sample = coroner_model::ClockSample {

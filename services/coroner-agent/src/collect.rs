@@ -109,10 +109,7 @@ pub fn kernel_lines(log: &[u8], max: usize) -> Vec<String> {
 /// After a failure: writes `<prefix>nvidia-smi-q.xml` and `<prefix>dmesg-xid.txt` into `dir`
 /// where they can be had within `limit` each (run side by side). Returns the files written.
 pub async fn on_failure(dir: &Path, prefix: &str, limit: Duration) -> Vec<PathBuf> {
-    let (smi, dmesg) = tokio::join!(
-        output_within("nvidia-smi", &["-q", "-x"], limit),
-        output_within("dmesg", &[], limit),
-    );
+    let (smi, dmesg) = tokio::join!(output_within("nvidia-smi", &["-q", "-x"], limit), output_within("dmesg", &[], limit),);
     let mut written = Vec::new();
     if let Some(xml) = smi {
         let p = dir.join(format!("{prefix}nvidia-smi-q.xml"));

@@ -8,8 +8,8 @@
 //! after the first try. A rank's agent samples only its rank's GPU (see [`devices_to_sample`]).
 
 use crate::capture::SplitLine;
-use coroner_model::now_ns;
 use bytes::Bytes;
+use coroner_model::now_ns;
 use coroner_model::{GpuSample, GPU_QUERY_FIELDS};
 use std::io::Read;
 use std::path::PathBuf;
@@ -141,7 +141,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let fake = dir.path().join("nvidia-smi");
         let args = dir.path().join("args");
-        std::fs::write(&fake, format!("#!/bin/sh\necho \"$@\" > {}\necho '0, 00000000:18:00.0, 1200, 143771, 97'\necho '1, 00000000:3B:00.0, [N/A], 143771, 0'\n", args.display())).expect("write");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho \"$@\" > {}\necho '0, 00000000:18:00.0, 1200, 143771, 97'\necho '1, 00000000:3B:00.0, [N/A], 143771, 0'\n",
+                args.display()
+            ),
+        )
+        .expect("write");
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let got: Arc<Mutex<Vec<SplitLine>>> = Arc::default();
         let sink = got.clone();
@@ -161,7 +168,8 @@ mod tests {
     fn no_nvidia_smi_means_no_samples_and_a_quick_stop() {
         let got: Arc<Mutex<usize>> = Arc::default();
         let sink = got.clone();
-        let sampler = Sampler::start(Duration::from_secs(3600), PathBuf::from("/nonexistent/nvidia-smi"), None, move |l| *sink.lock().expect("lock") += l.len());
+        let sampler =
+            Sampler::start(Duration::from_secs(3600), PathBuf::from("/nonexistent/nvidia-smi"), None, move |l| *sink.lock().expect("lock") += l.len());
         let t = Instant::now();
         sampler.stop();
         assert!(t.elapsed() < Duration::from_secs(2));

@@ -100,10 +100,7 @@ async fn dump_stacks(s: &Settings, n: u32) {
         took |= poke_pipe(pipe);
     }
     if let Some(py_spy) = find_on_path("py-spy") {
-        let run = tokio::process::Command::new(&py_spy)
-            .args(["dump", "--pid", &s.pid.to_string()])
-            .kill_on_drop(true)
-            .output();
+        let run = tokio::process::Command::new(&py_spy).args(["dump", "--pid", &s.pid.to_string()]).kill_on_drop(true).output();
         match tokio::time::timeout(DUMP_LIMIT, run).await {
             Ok(Ok(out)) if out.status.success() => {
                 let path = s.snapshot_dir.join(format!("rank{}.live_stack.{n}.txt", s.rank));

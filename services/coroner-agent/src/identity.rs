@@ -36,13 +36,7 @@ const WORLD_SIZE_VARS: &[&str] = &["WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORL
 /// from the host, the launcher and the start time (`started` is `YYYYmmddTHHMMSS`), a value that
 /// is not a number is ignored, and each such decision comes back as a warning for stderr and the
 /// report.
-pub fn resolve(
-    explicit: &Explicit,
-    env: impl Fn(&str) -> Option<String>,
-    host: &str,
-    started: &str,
-    pid: u32,
-) -> (Identity, Vec<String>) {
+pub fn resolve(explicit: &Explicit, env: impl Fn(&str) -> Option<String>, host: &str, started: &str, pid: u32) -> (Identity, Vec<String>) {
     let mut warnings = Vec::new();
     let launcher = launcher_from_env(&env);
     let made_up = || made_up_job(host, launcher, started, pid);
@@ -98,17 +92,11 @@ fn job_from_env(env: &impl Fn(&str) -> Option<String>) -> Option<String> {
             None => sanitize(&id),
         });
     }
-    ["OMPI_MCA_orte_job_id", "PMIX_NAMESPACE"]
-        .iter()
-        .find_map(|name| non_empty(env, name))
-        .map(|id| sanitize(&id))
+    ["OMPI_MCA_orte_job_id", "PMIX_NAMESPACE"].iter().find_map(|name| non_empty(env, name)).map(|id| sanitize(&id))
 }
 
 fn sanitize(id: &str) -> String {
-    let s: String = id
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':') { c } else { '_' })
-        .collect();
+    let s: String = id.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':') { c } else { '_' }).collect();
     s.trim_start_matches('.').to_string()
 }
 
@@ -157,19 +145,13 @@ mod tests {
     const T: &str = "20261201T145531";
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| map.get(k).cloned()
     }
 
     #[test]
     fn torchrun_worker_environment() {
-        let env = env_of(&[
-            ("TORCHELASTIC_RUN_ID", "run42"),
-            ("RANK", "5"),
-            ("LOCAL_RANK", "1"),
-            ("WORLD_SIZE", "8"),
-        ]);
+        let env = env_of(&[("TORCHELASTIC_RUN_ID", "run42"), ("RANK", "5"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "8")]);
         let id = resolve(&Explicit::default(), env, "node7", T, 1).0;
         assert_eq!(id.job.as_str(), "run42");
         assert_eq!(id.rank, Some(Rank(5)));
@@ -180,13 +162,7 @@ mod tests {
 
     #[test]
     fn slurm_task_with_step() {
-        let env = env_of(&[
-            ("SLURM_JOB_ID", "1234"),
-            ("SLURM_STEP_ID", "0"),
-            ("SLURM_PROCID", "3"),
-            ("SLURM_LOCALID", "3"),
-            ("SLURM_NTASKS", "16"),
-        ]);
+        let env = env_of(&[("SLURM_JOB_ID", "1234"), ("SLURM_STEP_ID", "0"), ("SLURM_PROCID", "3"), ("SLURM_LOCALID", "3"), ("SLURM_NTASKS", "16")]);
         let id = resolve(&Explicit::default(), env, "h", T, 1).0;
         assert_eq!(id.job.as_str(), "1234_0");
         assert_eq!((id.rank, id.local_rank, id.world_size), (Some(Rank(3)), Some(3), Some(16)));
@@ -195,11 +171,7 @@ mod tests {
 
     #[test]
     fn open_mpi_and_pmix() {
-        let env = env_of(&[
-            ("PMIX_NAMESPACE", "prterun-host-1234@1"),
-            ("OMPI_COMM_WORLD_RANK", "2"),
-            ("OMPI_COMM_WORLD_SIZE", "4"),
-        ]);
+        let env = env_of(&[("PMIX_NAMESPACE", "prterun-host-1234@1"), ("OMPI_COMM_WORLD_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "4")]);
         let id = resolve(&Explicit::default(), env, "h", T, 1).0;
         assert_eq!(id.job.as_str(), "prterun-host-1234_1");
         assert_eq!((id.rank, id.world_size), (Some(Rank(2)), Some(4)));

@@ -17,11 +17,7 @@ pub fn is_torchrun(command: &[OsString]) -> bool {
     }
     let args: Vec<String> = command[1..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
     for (i, arg) in args.iter().enumerate() {
-        let module = if arg == "-m" {
-            args.get(i + 1).map(String::as_str)
-        } else {
-            arg.strip_prefix("-m").filter(|m| !m.is_empty() && !m.starts_with('-'))
-        };
+        let module = if arg == "-m" { args.get(i + 1).map(String::as_str) } else { arg.strip_prefix("-m").filter(|m| !m.is_empty() && !m.starts_with('-')) };
         if let Some(module) = module {
             return matches!(module, "torch.distributed.run" | "torch.distributed.launch");
         }

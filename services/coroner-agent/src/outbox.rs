@@ -407,14 +407,7 @@ impl Outbox {
 
 /// What to send for one unsent batch: `Ok(None)` when nothing of it is left to send (all its
 /// lines delivered, no clock samples), `Err` when it cannot be read (it is given up).
-fn outgoing(
-    p: &Pending,
-    c: &Conn,
-    rank: Option<u32>,
-    base: &SeqBase,
-    backlog: u64,
-    spool: Option<&SpoolWriter>,
-) -> Result<Option<Outgoing>, String> {
+fn outgoing(p: &Pending, c: &Conn, rank: Option<u32>, base: &SeqBase, backlog: u64, spool: Option<&SpoolWriter>) -> Result<Option<Outgoing>, String> {
     let resume = |r: &SeqRange| c.resume_from.get(&r.key()).copied().unwrap_or(0);
     let offset = |r: &SeqRange| if p.rebased { 0 } else { base.start_of(&r.key()) };
     let delivered = p.count > 0 && p.ranges.iter().all(|r| offset(r) + r.last < resume(r));
@@ -425,9 +418,7 @@ fn outgoing(
     let as_is = p.ranges.iter().all(|r| offset(r) == 0 && r.first >= resume(r));
     let body = match (&p.body, p.spool_at, spool) {
         (Some(b), _, _) => b.clone(),
-        (None, Some(at), Some(spool)) => {
-            spool.read_batch_payload(at).map_err(|e| format!("read batch {} back from the spool: {e}", p.id))?.0
-        }
+        (None, Some(at), Some(spool)) => spool.read_batch_payload(at).map_err(|e| format!("read batch {} back from the spool: {e}", p.id))?.0,
         _ => return Err(format!("read batch {} back from the spool: neither in memory nor spooled", p.id)),
     };
     if as_is {

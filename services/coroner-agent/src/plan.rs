@@ -90,16 +90,10 @@ impl Plan {
             .or_else(|| env("CORONER_FLUSH_TIMEOUT"))
             .and_then(|v| duration(&v, "--linger / CORONER_LINGER", &mut notes))
             .unwrap_or(DEFAULT_LINGER);
-        let gpu_sample = args
-            .gpu_sample_secs
-            .as_deref()
-            .and_then(|v| duration(v, "--gpu-sample-secs / CORONER_GPU_SAMPLE_SECS", &mut notes))
-            .unwrap_or(DEFAULT_GPU_SAMPLE);
-        let spool_max_bytes = args
-            .spool_max_bytes
-            .as_deref()
-            .and_then(|v| size(v, "--spool-max-bytes / CORONER_SPOOL_MAX_BYTES", &mut notes))
-            .unwrap_or(DEFAULT_SPOOL_MAX_BYTES);
+        let gpu_sample =
+            args.gpu_sample_secs.as_deref().and_then(|v| duration(v, "--gpu-sample-secs / CORONER_GPU_SAMPLE_SECS", &mut notes)).unwrap_or(DEFAULT_GPU_SAMPLE);
+        let spool_max_bytes =
+            args.spool_max_bytes.as_deref().and_then(|v| size(v, "--spool-max-bytes / CORONER_SPOOL_MAX_BYTES", &mut notes)).unwrap_or(DEFAULT_SPOOL_MAX_BYTES);
         let snapshot_cap_bytes = args
             .snapshot_cap_bytes
             .as_deref()
@@ -145,10 +139,7 @@ impl Plan {
     /// unbuffered Python with faulthandler (unless the user chose otherwise), the flight recorder
     /// settings, and never the agent's token.
     pub fn child_env(&self, env: impl Fn(&str) -> Option<String>, all_names: impl Iterator<Item = String>) -> ChildEnv {
-        let mut set = vec![
-            ("CORONER_JOB".to_string(), self.job.clone()),
-            ("CORONER_SNAPSHOT_DIR".to_string(), self.snapshot_dir.display().to_string()),
-        ];
+        let mut set = vec![("CORONER_JOB".to_string(), self.job.clone()), ("CORONER_SNAPSHOT_DIR".to_string(), self.snapshot_dir.display().to_string())];
         if let Some(r) = self.rank {
             set.push(("CORONER_RANK".into(), r.to_string()));
         }
@@ -198,14 +189,7 @@ fn number(value: Option<&str>, what: &str, notes: &mut Vec<String>) -> Option<u3
 }
 
 /// Who this agent speaks for: the flags first, then the launcher's environment, else made up.
-fn identify(
-    args: &RunArgs,
-    env: &impl Fn(&str) -> Option<String>,
-    host: &str,
-    pid: u32,
-    started_ns: i64,
-    notes: &mut Vec<String>,
-) -> identity::Identity {
+fn identify(args: &RunArgs, env: &impl Fn(&str) -> Option<String>, host: &str, pid: u32, started_ns: i64, notes: &mut Vec<String>) -> identity::Identity {
     let explicit = identity::Explicit {
         job: args.job.clone(),
         rank: number(args.rank.as_deref(), "--rank / CORONER_RANK", notes),
@@ -294,9 +278,7 @@ fn safe_name(s: &str) -> String {
 
 /// `YYYYmmddTHHMMSS` in UTC.
 fn stamp(ns: i64) -> String {
-    chrono::DateTime::from_timestamp(ns.div_euclid(1_000_000_000), 0)
-        .map(|t| t.format("%Y%m%dT%H%M%S").to_string())
-        .unwrap_or_else(|| "unknown".into())
+    chrono::DateTime::from_timestamp(ns.div_euclid(1_000_000_000), 0).map(|t| t.format("%Y%m%dT%H%M%S").to_string()).unwrap_or_else(|| "unknown".into())
 }
 
 #[cfg(test)]
@@ -340,8 +322,21 @@ pub(crate) mod tests {
     #[test]
     fn settings_that_do_not_parse_fall_back_to_defaults_and_are_said() {
         let a = args(&[
-            "coroner-agent", "run", "--job", "j", "--rank", "abc", "--spool-max-bytes", "lots", "--linger", "soon",
-            "--launcher", "mpi", "--", "python", "t.py",
+            "coroner-agent",
+            "run",
+            "--job",
+            "j",
+            "--rank",
+            "abc",
+            "--spool-max-bytes",
+            "lots",
+            "--linger",
+            "soon",
+            "--launcher",
+            "mpi",
+            "--",
+            "python",
+            "t.py",
         ]);
         let p = Plan::resolve(&a, env_of(&[("RANK", "3"), ("WORLD_SIZE", "8")]), "vm", 7, NS);
         assert_eq!(p.rank, Some(3), "a bad --rank falls back to the launcher's variables");

@@ -129,8 +129,7 @@ impl LineQueue {
             q = self.push_locked(q, line);
         }
         q.peak_bytes = q.peak_bytes.max(q.bytes);
-        let wake = (lines_before < self.wake_lines && q.lines.len() >= self.wake_lines)
-            || (bytes_before < self.wake_bytes && q.bytes >= self.wake_bytes);
+        let wake = (lines_before < self.wake_lines && q.lines.len() >= self.wake_lines) || (bytes_before < self.wake_bytes && q.bytes >= self.wake_bytes);
         drop(q);
         if wake {
             self.notify.notify_one();

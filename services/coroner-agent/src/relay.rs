@@ -61,9 +61,7 @@ impl Progress {
     /// Maps a page another process created (the shipper, from the descriptor it was given).
     pub fn map(fd: OwnedFd) -> std::io::Result<Progress> {
         // SAFETY: a shared mapping of one page of a memory file we hold open; checked below.
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-        };
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }

@@ -6,13 +6,13 @@ use crate::connection::{connect, AckEvent, Conn};
 use crate::seq_base::{prepare_lines, SeqBase};
 use crate::spool::{read_spool, Record, SpoolWriter, SpooledBatch};
 use crate::wire::Outgoing;
+use coroner_proto::auth::Channel;
 use coroner_proto::v1;
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use coroner_proto::auth::Channel;
 
 /// How long one replay may wait for its acknowledgements.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -65,12 +65,7 @@ impl SeqBase {
 
 /// Rebases a batch's local sequence numbers (on `base`, or none for lines numbered on it
 /// already) and leaves out lines the server already has.
-pub fn prepare_lines(
-    lines: &[v1::LogLine],
-    session_rank: Option<u32>,
-    base: Option<&SeqBase>,
-    resume_from: &HashMap<String, u64>,
-) -> Vec<v1::LogLine> {
+pub fn prepare_lines(lines: &[v1::LogLine], session_rank: Option<u32>, base: Option<&SeqBase>, resume_from: &HashMap<String, u64>) -> Vec<v1::LogLine> {
     lines
         .iter()
         .filter_map(|l| {

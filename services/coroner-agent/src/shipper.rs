@@ -61,13 +61,7 @@ pub struct Config {
 
 impl Config {
     pub fn new(server: String) -> Self {
-        Config {
-            server,
-            batch_lines: 1000,
-            batch_bytes: 1 << 20,
-            batch_interval: Duration::from_millis(100),
-            max_unacked_bytes: 2 << 20,
-        }
+        Config { server, batch_lines: 1000, batch_bytes: 1 << 20, batch_interval: Duration::from_millis(100), max_unacked_bytes: 2 << 20 }
     }
 }
 
@@ -182,13 +176,7 @@ pub struct Shipper {
 }
 
 impl Shipper {
-    pub fn new(
-        cfg: Config,
-        session: v1::OpenSessionRequest,
-        queue: Arc<LineQueue>,
-        spool: Option<SpoolWriter>,
-        orphans: Vec<(PathBuf, File)>,
-    ) -> Self {
+    pub fn new(cfg: Config, session: v1::OpenSessionRequest, queue: Arc<LineQueue>, spool: Option<SpoolWriter>, orphans: Vec<(PathBuf, File)>) -> Self {
         let (events_tx, _) = mpsc::unbounded_channel();
         let limits = Limits { batch_lines: cfg.batch_lines, batch_bytes: cfg.batch_bytes, max_unacked_bytes: cfg.max_unacked_bytes };
         Shipper {

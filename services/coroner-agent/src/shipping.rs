@@ -20,11 +20,11 @@
 use crate::capture::{self, Capture, Sequencer};
 use crate::chunks::Entry;
 use crate::feed::{self, End, Record};
-use coroner_parse::RankFiler;
 use crate::plan::Plan;
 use crate::queue::LineQueue;
 use crate::{collect, gpu_sampler, heartbeat, relay, shipper, snapshots, spool};
 use coroner_model::{now_ns, Stream};
+use coroner_parse::RankFiler;
 use coroner_proto::v1;
 use std::fs::File;
 use std::os::fd::{FromRawFd, RawFd};
@@ -248,7 +248,15 @@ fn process_exit(plan: &Plan, ending: Ending) -> (v1::ProcessExit, bool) {
         }
         Ending::Orphaned => {
             let note = "its supervisor process was killed; the output was still passed through and shipped, but how the process ended is not known".to_string();
-            let exit = v1::ProcessExit { session_id: String::new(), rank: plan.rank, exit_code: None, signal: None, at_ns: now_ns(), dropped_lines: 0, notes: vec![note] };
+            let exit = v1::ProcessExit {
+                session_id: String::new(),
+                rank: plan.rank,
+                exit_code: None,
+                signal: None,
+                at_ns: now_ns(),
+                dropped_lines: 0,
+                notes: vec![note],
+            };
             (exit, false)
         }
     }

@@ -356,8 +356,7 @@ pub struct Unacked {
 
 impl SpoolContents {
     pub fn unacked(&self) -> Unacked {
-        let acked: std::collections::HashSet<u64> =
-            self.records.iter().filter_map(|(_, r)| if let Record::Ack(id) = r { Some(*id) } else { None }).collect();
+        let acked: std::collections::HashSet<u64> = self.records.iter().filter_map(|(_, r)| if let Record::Ack(id) = r { Some(*id) } else { None }).collect();
         let mut out = Unacked::default();
         let mut exit_acked = false;
         for (_, r) in &self.records {
@@ -493,11 +492,7 @@ mod tests {
     }
 
     fn batch(id: u64, text: &[u8]) -> v1::LogBatch {
-        v1::LogBatch {
-            batch_id: id,
-            lines: vec![v1::LogLine { seq: id, raw: text.to_vec(), stream: 1, ..Default::default() }],
-            ..Default::default()
-        }
+        v1::LogBatch { batch_id: id, lines: vec![v1::LogLine { seq: id, raw: text.to_vec(), stream: 1, ..Default::default() }], ..Default::default() }
     }
 
     #[test]

@@ -23,11 +23,11 @@
 //! ARCHITECTURE.md, "The agent's processes", says why this design and not another.
 
 use crate::capture;
-use coroner_model::now_ns;
 use crate::chunks::{ChunkQueue, Entry};
-use crate::relay;
 use crate::feed::{self, End};
 use crate::plan::Plan;
+use crate::relay;
+use coroner_model::now_ns;
 use coroner_model::Stream;
 use coroner_proto::convert::stream_to_wire;
 use std::fs::File;

@@ -40,13 +40,7 @@ pub struct EncodedBatch {
 
 /// Appends `batch_id` and `lines` as `LogBatch` fields to `out`. With `base`, each line's
 /// number is rebased onto it (its stream's start plus `seq`); without, the agent's own numbers are written.
-pub fn encode_batch(
-    batch_id: u64,
-    lines: &[Line],
-    session_rank: Option<u32>,
-    base: Option<&SeqBase>,
-    out: &mut BytesMut,
-) -> EncodedBatch {
+pub fn encode_batch(batch_id: u64, lines: &[Line], session_rank: Option<u32>, base: Option<&SeqBase>, out: &mut BytesMut) -> EncodedBatch {
     out.reserve(16 + lines.iter().map(|l| l.raw.len() + 40).sum::<usize>());
     if batch_id != 0 {
         encode_key(2, WireType::Varint, out);

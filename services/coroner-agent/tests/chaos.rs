@@ -21,10 +21,7 @@ fn agent(spool: &Path) -> Command {
 
 /// A shell job printing `steps` numbered lines `pause` apart, then `done` (and a marker file).
 fn job(steps: u32, pause: &str, marker: &Path) -> Vec<String> {
-    let script = format!(
-        "i=0; while [ $i -lt {steps} ]; do echo \"step $i\"; i=$((i+1)); sleep {pause}; done; echo done > '{}'; echo done",
-        marker.display()
-    );
+    let script = format!("i=0; while [ $i -lt {steps} ]; do echo \"step $i\"; i=$((i+1)); sleep {pause}; done; echo done > '{}'; echo done", marker.display());
     vec!["--".into(), "sh".into(), "-c".into(), script]
 }
 
@@ -98,7 +95,12 @@ fn sigkill_of_the_agent_mid_job_leaves_the_job_running_and_its_output_flowing() 
     let err = String::from_utf8_lossy(&err.join().unwrap()).into_owned();
     let steps = steps_in(&out);
     let missing: Vec<u32> = (0..60).filter(|s| !steps.contains(s)).collect();
-    assert_eq!(steps, (0..60).collect::<Vec<_>>(), "every line printed, in order (missing {missing:?}); stdout: {}; stderr: {err}", String::from_utf8_lossy(&out));
+    assert_eq!(
+        steps,
+        (0..60).collect::<Vec<_>>(),
+        "every line printed, in order (missing {missing:?}); stdout: {}; stderr: {err}",
+        String::from_utf8_lossy(&out)
+    );
     assert!(String::from_utf8_lossy(&out).ends_with("done\n"));
     assert!(err.contains("supervisor is gone"), "the shipper took over the pass-through: {err}");
 }
@@ -269,7 +271,9 @@ fn an_output_storm_passes_through_whole_and_the_agent_stays_small() {
         std::thread::spawn(move || {
             // The supervisor's resident memory at its highest (VmHWM), until it exits.
             while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                if let Some(kb) = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok()) {
+                if let Some(kb) =
+                    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+                {
                     peak.fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
                 }
                 std::thread::sleep(Duration::from_millis(50));

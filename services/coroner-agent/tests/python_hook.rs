@@ -19,11 +19,7 @@ fn the_hooks_python_tests_pass() {
         eprintln!("no python3 on PATH; the crash hook's tests were not run");
         return;
     };
-    let out = Command::new(py)
-        .args(["-m", "unittest", "discover", "-s"])
-        .arg(python_dir().join("tests"))
-        .output()
-        .expect("run python -m unittest");
+    let out = Command::new(py).args(["-m", "unittest", "discover", "-s"]).arg(python_dir().join("tests")).output().expect("run python -m unittest");
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 

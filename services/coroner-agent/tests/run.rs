@@ -28,11 +28,7 @@ fn passes_output_through_and_returns_the_exit_code_despite_a_dead_server() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     // The undelivered lines stay in the spool for a later agent.
     let rank_dir = dir.path().join("itest").join("rank-0");
-    let spools: Vec<_> = std::fs::read_dir(&rank_dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "spool"))
-        .collect();
+    let spools: Vec<_> = std::fs::read_dir(&rank_dir).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "spool")).collect();
     assert_eq!(spools.len(), 1);
     assert!(std::fs::metadata(spools[0].path()).unwrap().len() > 16);
 }

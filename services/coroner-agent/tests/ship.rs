@@ -68,28 +68,17 @@ async fn serve_fake(fake: Fake) -> (Fake, String) {
     let addr = listener.local_addr().unwrap();
     let svc = IngestServer::new(fake.clone());
     tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .unwrap();
+        tonic::transport::Server::builder().add_service(svc).serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await.unwrap();
     });
     (fake, format!("http://{addr}"))
 }
 
 async fn run_agent(server: String, spool: std::path::PathBuf, extra: &[&str], script: &str) -> std::process::Output {
-    let mut args: Vec<String> = ["run", "--job", "ship", "--server", &server, "--flush-timeout", "5", "--spool-dir"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> = ["run", "--job", "ship", "--server", &server, "--flush-timeout", "5", "--spool-dir"].iter().map(|s| s.to_string()).collect();
     args.push(spool.display().to_string());
     args.extend(extra.iter().map(|s| s.to_string()));
     args.extend(["--", "sh", "-c", script].iter().map(|s| s.to_string()));
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_coroner-agent")).args(args).output().unwrap()
-    })
-    .await
-    .unwrap()
+    tokio::task::spawn_blocking(move || std::process::Command::new(env!("CARGO_BIN_EXE_coroner-agent")).args(args).output().unwrap()).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,10 +90,7 @@ async fn every_line_arrives_with_its_bytes_and_the_exit_is_reported() {
     let lines = fake.lines.lock().unwrap().clone();
     let mut got: Vec<(i32, u64, Vec<u8>)> = lines.iter().map(|l| (l.stream, l.seq, l.raw.clone())).collect();
     got.sort();
-    assert_eq!(
-        got,
-        vec![(1, 0, b"a".to_vec()), (1, 1, b"b\r".to_vec()), (1, 2, b"tail\xff".to_vec()), (2, 0, b"e".to_vec())]
-    );
+    assert_eq!(got, vec![(1, 0, b"a".to_vec()), (1, 1, b"b\r".to_vec()), (1, 2, b"tail\xff".to_vec()), (2, 0, b"e".to_vec())]);
     assert!(lines.iter().all(|l| l.rank.is_none() && l.capture_ns > 0));
     let sessions = fake.sessions.lock().unwrap().clone();
     assert_eq!(sessions.len(), 1);
@@ -113,8 +99,8 @@ async fn every_line_arrives_with_its_bytes_and_the_exit_is_reported() {
     assert_eq!(exits.len(), 1);
     assert_eq!((exits[0].rank, exits[0].exit_code, exits[0].signal), (Some(2), Some(3), None));
     // Everything acknowledged: the spool is gone.
-    let left: Vec<_> = std::fs::read_dir(dir.path().join("ship/rank-2")).unwrap().flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "spool")).collect();
+    let left: Vec<_> =
+        std::fs::read_dir(dir.path().join("ship/rank-2")).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "spool")).collect();
     assert!(left.is_empty());
 }
 
@@ -150,8 +136,8 @@ async fn a_later_agent_replays_the_spool_a_disconnected_one_left() {
     assert_eq!(raws, vec![b"lost-then-found".to_vec(), b"second".to_vec()]);
     let exits: Vec<Option<i32>> = fake.exits.lock().unwrap().iter().map(|e| e.exit_code).collect();
     assert_eq!(exits, vec![Some(7), Some(0)]);
-    let left: Vec<_> = std::fs::read_dir(dir.path().join("ship/rank-1")).unwrap().flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "spool")).collect();
+    let left: Vec<_> =
+        std::fs::read_dir(dir.path().join("ship/rank-1")).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "spool")).collect();
     assert!(left.is_empty(), "{left:?}");
 }
 

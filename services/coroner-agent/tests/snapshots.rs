@@ -69,11 +69,7 @@ async fn serve() -> (Fake, String) {
     let addr = listener.local_addr().unwrap();
     let svc = IngestServer::new(fake.clone());
     tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .unwrap();
+        tonic::transport::Server::builder().add_service(svc).serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await.unwrap();
     });
     (fake, format!("http://{addr}"))
 }
@@ -83,15 +79,18 @@ fn fixture(name: &str) -> std::path::PathBuf {
 }
 
 async fn run_agent(server: String, spool: &std::path::Path, extra: &[&str], script: String) -> std::process::Output {
-    let mut args: Vec<String> = ["run", "--job", "snap", "--rank", "1", "--server", &server, "--flush-timeout", "10", "--spool-dir"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> =
+        ["run", "--job", "snap", "--rank", "1", "--server", &server, "--flush-timeout", "10", "--spool-dir"].iter().map(|s| s.to_string()).collect();
     args.push(spool.display().to_string());
     args.extend(extra.iter().map(|s| s.to_string()));
     args.extend(["--".to_string(), "sh".into(), "-c".into(), script]);
     tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_coroner-agent")).args(args).env_remove("TORCH_FR_DUMP_TEMP_FILE").env_remove("TORCH_NCCL_DEBUG_INFO_TEMP_FILE").output().unwrap()
+        std::process::Command::new(env!("CARGO_BIN_EXE_coroner-agent"))
+            .args(args)
+            .env_remove("TORCH_FR_DUMP_TEMP_FILE")
+            .env_remove("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+            .output()
+            .unwrap()
     })
     .await
     .unwrap()
@@ -120,11 +119,7 @@ async fn a_faulthandler_dump_a_flight_recorder_dump_and_a_core_are_shipped() {
     let uploads = fake.uploads.lock().unwrap().clone();
     let mut got: Vec<(String, String, Option<u32>)> = uploads.iter().map(|(h, _)| (h.kind.clone(), h.name.clone(), h.rank)).collect();
     got.sort();
-    for want in [
-        ("core", "snapshots/core.4242"),
-        ("flight_recorder", "flight_recorder/nccl_trace_rank_1"),
-        ("stack", "snapshots/rank1.faulthandler.txt"),
-    ] {
+    for want in [("core", "snapshots/core.4242"), ("flight_recorder", "flight_recorder/nccl_trace_rank_1"), ("stack", "snapshots/rank1.faulthandler.txt")] {
         assert!(got.contains(&(want.0.into(), want.1.into(), Some(1))), "{want:?} not in {got:?}");
     }
     // Each once, whole.

@@ -39,26 +39,14 @@ pub fn agent_binary() -> Option<PathBuf> {
     }
     let exe = std::env::current_exe().ok()?;
     // target/<profile>/coroner-bench, or target/<profile>/deps/<test> under `cargo test`.
-    exe.ancestors()
-        .skip(1)
-        .take(2)
-        .map(|d| d.join("coroner-agent"))
-        .find(|p| p.is_file())
+    exe.ancestors().skip(1).take(2).map(|d| d.join("coroner-agent")).find(|p| p.is_file())
 }
 
 /// Writes `lines` corpus lines to a file; returns its path and size.
-pub fn write_lines(
-    files: &[crate::parse::CorpusFile],
-    lines: usize,
-    dir: &Path,
-) -> Result<(PathBuf, u64)> {
+pub fn write_lines(files: &[crate::parse::CorpusFile], lines: usize, dir: &Path) -> Result<(PathBuf, u64)> {
     let path = dir.join("agent-input.log");
-    let mut w =
-        std::io::BufWriter::new(std::fs::File::create(&path).context("create the agent's input")?);
-    let source: Vec<&[u8]> = files
-        .iter()
-        .flat_map(|f| f.lines.iter().map(|l| l.bytes.as_slice()))
-        .collect();
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&path).context("create the agent's input")?);
+    let source: Vec<&[u8]> = files.iter().flat_map(|f| f.lines.iter().map(|l| l.bytes.as_slice())).collect();
     let mut bytes = 0u64;
     for i in 0..lines {
         let l = source[i % source.len()];
@@ -104,9 +92,7 @@ impl Shippers {
 
 /// Runs `cmd` with stdout into a drained pipe; measures the process itself, not its children.
 fn measure(mut cmd: Command) -> Result<Usage> {
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
+    cmd.stdout(Stdio::piped()).stderr(Stdio::null()).stdin(Stdio::null());
     let started = Instant::now();
     let mut child = cmd.spawn().context("spawn")?;
     let pid = child.id() as libc::pid_t;
@@ -136,13 +122,7 @@ fn measure(mut cmd: Command) -> Result<Usage> {
     // SAFETY: plain syscalls on our own child's pid with zeroed out-structs.
     let (cpu_s, status) = unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
-        if libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOWAIT,
-        ) != 0
-        {
+        if libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) != 0 {
             bail!("waitid: {}", std::io::Error::last_os_error());
         }
         let cpu_s = self_cpu_s(pid).unwrap_or(f64::NAN);
@@ -197,41 +177,21 @@ fn self_cpu_s(pid: libc::pid_t) -> Option<f64> {
 }
 
 pub async fn run(server: &Server, agent: &Path, input: &Path, lines: u64) -> Result<AgentFigures> {
-    let spool = tempfile::Builder::new()
-        .prefix("coroner-bench-spool")
-        .tempdir()?;
+    let spool = tempfile::Builder::new().prefix("coroner-bench-spool").tempdir()?;
     let job = "bench-agent";
     let mut cmd = Command::new(agent);
-    cmd.args([
-        "run",
-        "--job",
-        job,
-        "--rank",
-        "0",
-        "--world-size",
-        "1",
-        "--launcher",
-        "none",
-        "--quiet",
-    ])
-    .arg("--server")
-    .arg(server.url())
-    .arg("--spool-dir")
-    .arg(spool.path())
-    // The linger by environment, so builds from before `--linger` (`CORONER_FLUSH_TIMEOUT`)
-    // can be measured the same way (`CORONER_AGENT=path`).
-    .env("CORONER_LINGER", "120")
-    .env("CORONER_FLUSH_TIMEOUT", "120")
-    .args(["--gpu-sample-secs", "0", "--", "cat"])
-    .arg(input);
-    for var in [
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "SLURM_PROCID",
-        "SLURM_JOB_ID",
-        "TORCHELASTIC_RUN_ID",
-    ] {
+    cmd.args(["run", "--job", job, "--rank", "0", "--world-size", "1", "--launcher", "none", "--quiet"])
+        .arg("--server")
+        .arg(server.url())
+        .arg("--spool-dir")
+        .arg(spool.path())
+        // The linger by environment, so builds from before `--linger` (`CORONER_FLUSH_TIMEOUT`)
+        // can be measured the same way (`CORONER_AGENT=path`).
+        .env("CORONER_LINGER", "120")
+        .env("CORONER_FLUSH_TIMEOUT", "120")
+        .args(["--gpu-sample-secs", "0", "--", "cat"])
+        .arg(input);
+    for var in ["RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"] {
         cmd.env_remove(var);
     }
     let agent_usage = tokio::task::spawn_blocking(move || measure(cmd)).await??;

@@ -13,11 +13,11 @@
 use crate::parse::CorpusFile;
 use anyhow::{ensure, Context, Result};
 use bytes::{BufMut, Bytes};
-use prost::Message;
 use coroner_index::{IndexedLine, JobIndex};
 use coroner_proto::v1;
 use coroner_proto::v1::ingest_client::IngestClient;
 use coroner_proto::v1::query_client::QueryClient;
+use prost::Message;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Instant;
@@ -39,22 +39,12 @@ pub struct Server {
 
 impl Server {
     pub async fn start() -> Result<Server> {
-        let data_dir = tempfile::Builder::new()
-            .prefix("coroner-bench-server")
-            .tempdir()
-            .context("create the server's data dir")?;
+        let data_dir = tempfile::Builder::new().prefix("coroner-bench-server").tempdir().context("create the server's data dir")?;
         let shutdown = CancellationToken::new();
         let config = coronerd::Config::for_tests(data_dir.path().to_path_buf());
-        let (server, bound) = coronerd::start(config, shutdown.clone())
-            .await
-            .context("start coronerd")?;
+        let (server, bound) = coronerd::start(config, shutdown.clone()).await.context("start coronerd")?;
         let task = tokio::spawn(server);
-        Ok(Server {
-            grpc: bound.grpc,
-            shutdown,
-            task,
-            _data_dir: data_dir,
-        })
+        Ok(Server { grpc: bound.grpc, shutdown, task, _data_dir: data_dir })
     }
 
     pub fn url(&self) -> String {
@@ -68,18 +58,8 @@ impl Server {
 
     /// How many committed lines of `job` match `query` (empty: all).
     pub async fn count(&self, job: &str, query: &str) -> Result<u64> {
-        let mut q = QueryClient::connect(self.url())
-            .await
-            .context("connect the query client")?;
-        let r = q
-            .search(v1::SearchRequest {
-                job_id: job.into(),
-                query: query.into(),
-                limit: 1,
-                ..Default::default()
-            })
-            .await
-            .context("search")?;
+        let mut q = QueryClient::connect(self.url()).await.context("connect the query client")?;
+        let r = q.search(v1::SearchRequest { job_id: job.into(), query: query.into(), limit: 1, ..Default::default() }).await.context("search")?;
         Ok(r.into_inner().total)
     }
 }
@@ -102,11 +82,7 @@ fn encode_batches(batches: &[Vec<v1::LogLine>]) -> Vec<Bytes> {
         .iter()
         .enumerate()
         .map(|(i, lines)| {
-            let batch = v1::LogBatch {
-                batch_id: i as u64,
-                lines: lines.clone(),
-                ..Default::default()
-            };
+            let batch = v1::LogBatch { batch_id: i as u64, lines: lines.clone(), ..Default::default() };
             Bytes::from(batch.encode_to_vec())
         })
         .collect()
@@ -123,19 +99,8 @@ fn agent_batches(files: &[CorpusFile], rank: u32, lines: usize) -> Vec<Vec<v1::L
         let l = source[(offset + i) % source.len()];
         let stream = coroner_proto::convert::stream_to_wire(l.stream) as i32;
         let seq = &mut seqs[stream as usize & 3];
-        let raw = if i + 1 == lines {
-            format!("rank {rank} done {END_MARK}").into_bytes()
-        } else {
-            l.bytes.clone()
-        };
-        out.push(v1::LogLine {
-            seq: *seq,
-            capture_ns: t0 + i as i64 * 1000,
-            stream,
-            raw,
-            rank: None,
-            file: String::new(),
-        });
+        let raw = if i + 1 == lines { format!("rank {rank} done {END_MARK}").into_bytes() } else { l.bytes.clone() };
+        out.push(v1::LogLine { seq: *seq, capture_ns: t0 + i as i64 * 1000, stream, raw, rank: None, file: String::new() });
         *seq += 1;
     }
     let mut batches = Vec::new();
@@ -147,16 +112,8 @@ fn agent_batches(files: &[CorpusFile], rank: u32, lines: usize) -> Vec<Vec<v1::L
 }
 
 /// Ships `batches` as one agent would: a session, a ShipLogs stream, a window of unacked batches.
-async fn agent(
-    url: String,
-    job: String,
-    rank: u32,
-    world: u32,
-    batches: Vec<Bytes>,
-) -> Result<()> {
-    let mut client = IngestClient::connect(url.clone())
-        .await
-        .context("connect")?;
+async fn agent(url: String, job: String, rank: u32, world: u32, batches: Vec<Bytes>) -> Result<()> {
+    let mut client = IngestClient::connect(url.clone()).await.context("connect")?;
     let open = client
         .open_session(v1::OpenSessionRequest {
             job_id: job,
@@ -171,32 +128,21 @@ async fn agent(
         .context("open session")?
         .into_inner();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(WINDOW);
-    let mut acks = ship_logs(&url, tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .context("ship logs")?;
+    let mut acks = ship_logs(&url, tokio_stream::wrappers::ReceiverStream::new(rx)).await.context("ship logs")?;
     let total = batches.len();
     let sender = {
-        let session = v1::LogBatch {
-            session_id: open.session_id.clone(),
-            ..Default::default()
-        }
-        .encode_to_vec();
+        let session = v1::LogBatch { session_id: open.session_id.clone(), ..Default::default() }.encode_to_vec();
         let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(WINDOW));
         let p2 = permits.clone();
         let task = tokio::spawn(async move {
             for body in batches {
-                let permit = p2
-                    .acquire()
-                    .await
-                    .map_err(|_| anyhow::anyhow!("window closed"))?;
+                let permit = p2.acquire().await.map_err(|_| anyhow::anyhow!("window closed"))?;
                 permit.forget();
                 // The session id in front of the encoded batch: one LogBatch on the wire.
                 let mut message = Vec::with_capacity(session.len() + body.len());
                 message.extend_from_slice(&session);
                 message.extend_from_slice(&body);
-                tx.send(Bytes::from(message))
-                    .await
-                    .map_err(|_| anyhow::anyhow!("the stream closed"))?;
+                tx.send(Bytes::from(message)).await.map_err(|_| anyhow::anyhow!("the stream closed"))?;
             }
             Ok::<_, anyhow::Error>(tx)
         });
@@ -204,17 +150,8 @@ async fn agent(
     };
     let mut acked = 0;
     while acked < total {
-        let ack = acks
-            .message()
-            .await
-            .context("receive an ack")?
-            .context("the server closed the ack stream early")?;
-        ensure!(
-            ack.duplicates == 0,
-            "batch {} had {} duplicates",
-            ack.batch_id,
-            ack.duplicates
-        );
+        let ack = acks.message().await.context("receive an ack")?.context("the server closed the ack stream early")?;
+        ensure!(ack.duplicates == 0, "batch {} had {} duplicates", ack.batch_id, ack.duplicates);
         acked += 1;
         sender.1.add_permits(1);
     }
@@ -223,46 +160,28 @@ async fn agent(
 }
 
 /// Runs the end-to-end figure against `server`, then the raw reference on the same documents.
-pub async fn run(
-    server: &Server,
-    files: &[CorpusFile],
-    agents: u32,
-    total_lines: usize,
-) -> Result<IngestFigures> {
+pub async fn run(server: &Server, files: &[CorpusFile], agents: u32, total_lines: usize) -> Result<IngestFigures> {
     let per_agent = total_lines / agents as usize;
     let job = "bench-ingest".to_string();
-    let all: Vec<Vec<Vec<v1::LogLine>>> = (0..agents)
-        .map(|r| agent_batches(files, r, per_agent))
-        .collect();
+    let all: Vec<Vec<Vec<v1::LogLine>>> = (0..agents).map(|r| agent_batches(files, r, per_agent)).collect();
     let encoded: Vec<Vec<Bytes>> = all.iter().map(|b| encode_batches(b)).collect();
     let lines = u64::from(agents) * per_agent as u64;
     // The documents of the reference, exactly as the committer builds them.
-    let docs: Vec<IndexedLine> = all
-        .iter()
-        .enumerate()
-        .flat_map(|(r, batches)| batches.iter().flatten().map(move |l| indexed(r as u32, l)))
-        .collect();
+    let docs: Vec<IndexedLine> = all.iter().enumerate().flat_map(|(r, batches)| batches.iter().flatten().map(move |l| indexed(r as u32, l))).collect();
 
     drop(all);
     let cpu0 = process_cpu_s();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (rank, batches) in encoded.into_iter().enumerate() {
-        tasks.push(tokio::spawn(agent(
-            server.url(),
-            job.clone(),
-            rank as u32,
-            agents,
-            batches,
-        )));
+        tasks.push(tokio::spawn(agent(server.url(), job.clone(), rank as u32, agents, batches)));
     }
     for t in tasks {
         t.await.context("join an agent")??;
     }
     let secs = started.elapsed().as_secs_f64();
     let cpu = process_cpu_s() - cpu0;
-    let searchable = server.count(&job, END_MARK).await? == u64::from(agents)
-        && server.count(&job, "").await? == lines;
+    let searchable = server.count(&job, END_MARK).await? == u64::from(agents) && server.count(&job, "").await? == lines;
 
     let (raw, raw_cpu) = tokio::task::spawn_blocking(move || raw_index(&docs)).await??;
     let per_m = |cpu: f64| cpu / (lines as f64 / 1e6);
@@ -278,22 +197,12 @@ pub async fn run(
 }
 
 /// `Ingest.ShipLogs` sending already-encoded `LogBatch` bytes.
-async fn ship_logs(
-    url: &str,
-    batches: impl tokio_stream::Stream<Item = Bytes> + Send + 'static,
-) -> Result<tonic::Streaming<v1::BatchAck>> {
-    let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .context("connect")?;
+async fn ship_logs(url: &str, batches: impl tokio_stream::Stream<Item = Bytes> + Send + 'static) -> Result<tonic::Streaming<v1::BatchAck>> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())?.tcp_nodelay(true).connect().await.context("connect")?;
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.context("the connection is not ready")?;
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/coroner.v1.Ingest/ShipLogs");
-    Ok(grpc
-        .streaming(tonic::Request::new(batches), path, RawCodec)
-        .await?
-        .into_inner())
+    Ok(grpc.streaming(tonic::Request::new(batches), path, RawCodec).await?.into_inner())
 }
 
 /// Writes messages that are already encoded; decodes `BatchAck`s.
@@ -319,11 +228,7 @@ impl tonic::codec::Encoder for RawCodec {
     type Item = Bytes;
     type Error = tonic::Status;
 
-    fn encode(
-        &mut self,
-        item: Bytes,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
         dst.put_slice(&item);
         Ok(())
     }
@@ -333,13 +238,8 @@ impl tonic::codec::Decoder for RawCodec {
     type Item = v1::BatchAck;
     type Error = tonic::Status;
 
-    fn decode(
-        &mut self,
-        buf: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<v1::BatchAck>, tonic::Status> {
-        v1::BatchAck::decode(buf)
-            .map(Some)
-            .map_err(|e| tonic::Status::internal(e.to_string()))
+    fn decode(&mut self, buf: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<v1::BatchAck>, tonic::Status> {
+        v1::BatchAck::decode(buf).map(Some).map_err(|e| tonic::Status::internal(e.to_string()))
     }
 }
 
@@ -358,9 +258,7 @@ fn process_cpu_s() -> f64 {
 /// Docs per second through `JobIndex::add` and one commit, in a fresh index, and the CPU
 /// seconds it took (the merges tantivy starts after the commit are not waited for).
 fn raw_index(docs: &[IndexedLine]) -> Result<(f64, f64)> {
-    let dir = tempfile::Builder::new()
-        .prefix("coroner-bench-raw")
-        .tempdir()?;
+    let dir = tempfile::Builder::new().prefix("coroner-bench-raw").tempdir()?;
     let index = JobIndex::open_or_create(&dir.path().join("index"))?;
     let cpu0 = process_cpu_s();
     let started = Instant::now();
@@ -370,18 +268,14 @@ fn raw_index(docs: &[IndexedLine]) -> Result<(f64, f64)> {
     index.commit()?;
     let secs = started.elapsed().as_secs_f64();
     let cpu = process_cpu_s() - cpu0;
-    ensure!(
-        index.num_lines() == docs.len() as u64,
-        "the raw index lost lines"
-    );
+    ensure!(index.num_lines() == docs.len() as u64, "the raw index lost lines");
     Ok((docs.len() as f64 / secs, cpu))
 }
 
 fn indexed(rank: u32, l: &v1::LogLine) -> IndexedLine {
     IndexedLine {
         rank: Some(rank),
-        stream: coroner_proto::convert::stream_from_wire(l.stream, l.seq)
-            .unwrap_or(coroner_model::Stream::File),
+        stream: coroner_proto::convert::stream_from_wire(l.stream, l.seq).unwrap_or(coroner_model::Stream::File),
         seq: l.seq,
         capture_ns: l.capture_ns,
         host: crate::synth::host(rank),

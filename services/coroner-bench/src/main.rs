@@ -24,10 +24,7 @@ use clap::Parser;
 use serde_json::{json, Map, Value};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "coroner-bench",
-    about = "coroner's benchmarks, each figure beside its reference"
-)]
+#[command(name = "coroner-bench", about = "coroner's benchmarks, each figure beside its reference")]
 struct Cli {
     /// A short run (about a minute): smaller inputs, the same report jobs.
     #[arg(long)]
@@ -159,10 +156,7 @@ fn run(sizes: Sizes, only: &[String], verbose: bool) -> Result<(Map<String, Valu
     let mut rows = Vec::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     f.insert("cores".into(), json!(cores));
-    f.insert(
-        "quick".into(),
-        json!(sizes.parse_bytes < Sizes::full().parse_bytes),
-    );
+    f.insert("quick".into(), json!(sizes.parse_bytes < Sizes::full().parse_bytes));
 
     let corpus = parse::load_corpus(&parse::corpus_dir())?;
     if on("parse") {
@@ -174,41 +168,23 @@ fn run(sizes: Sizes, only: &[String], verbose: bool) -> Result<(Map<String, Valu
         rows.push(Row {
             figure: "parse, MB/s on one core (corpus mix)",
             value: format!("{:.0}", p.parse_mb_per_s),
-            reference: format!(
-                "newline scan {:.0} MB/s ({} MB, {} events)",
-                p.scan_mb_per_s,
-                p.bytes >> 20,
-                p.events
-            ),
+            reference: format!("newline scan {:.0} MB/s ({} MB, {} events)", p.scan_mb_per_s, p.bytes >> 20, p.events),
             target: ">= 300",
             ok: Some(p.parse_mb_per_s >= 300.0),
         });
     }
 
-    for (key, shape, limit_ms) in [
-        ("report_ms_1024_ranks", sizes.report_small, 1000.0),
-        ("report_ms_16384_ranks", sizes.report_large, 10000.0),
-    ] {
+    for (key, shape, limit_ms) in [("report_ms_1024_ranks", sizes.report_small, 1000.0), ("report_ms_16384_ranks", sizes.report_large, 10000.0)] {
         if !on("report") {
             continue;
         }
-        progress(
-            verbose,
-            &format!("report, {} ranks x {} lines", shape.0, shape.1),
-        );
+        progress(verbose, &format!("report, {} ranks x {} lines", shape.0, shape.1));
         let r = report::run(synth::Shape::new(shape.0, shape.1));
         f.insert(key.into(), json!(round(r.ms)));
         f.insert(format!("{key}_cpu"), json!(round(r.cpu_ms)));
-        f.insert(
-            format!("{key}_culprit"),
-            json!(if r.culprit_ok { "ok" } else { "WRONG" }),
-        );
+        f.insert(format!("{key}_culprit"), json!(if r.culprit_ok { "ok" } else { "WRONG" }));
         rows.push(Row {
-            figure: if limit_ms < 5000.0 {
-                "report latency, ms (1,024-rank job)"
-            } else {
-                "report latency, ms (16,384-rank job)"
-            },
+            figure: if limit_ms < 5000.0 { "report latency, ms (1,024-rank job)" } else { "report latency, ms (16,384-rank job)" },
             value: format!("{:.0}", r.ms),
             reference: format!(
                 "{} ranks x {} lines ({} lines pushed in {:.1} s, {} events, evidence {:.0} ms, report CPU {:.0} ms); culprit {} ({})",
@@ -222,46 +198,29 @@ fn run(sizes: Sizes, only: &[String], verbose: bool) -> Result<(Map<String, Valu
                 if r.culprit_ok { "ok" } else { "WRONG" },
                 r.found
             ),
-            target: if limit_ms < 5000.0 {
-                "<= 1000"
-            } else {
-                "<= 10000"
-            },
+            target: if limit_ms < 5000.0 { "<= 1000" } else { "<= 10000" },
             ok: Some(r.ms <= limit_ms && r.culprit_ok),
         });
     }
 
     if on("search") {
-        progress(
-            verbose,
-            &format!("search, building a {}-line job", sizes.search_lines),
-        );
+        progress(verbose, &format!("search, building a {}-line job", sizes.search_lines));
         let s = search::run(sizes.search_lines, sizes.search_queries)?;
         f.insert("search_p50_ms".into(), json!(round(s.p50_ms)));
         f.insert("search_p99_ms".into(), json!(round(s.p99_ms)));
         f.insert("search_lines".into(), json!(s.lines));
-        f.insert(
-            "index_bytes_per_raw_byte".into(),
-            json!(round(s.index_bytes_per_raw_byte)),
-        );
+        f.insert("index_bytes_per_raw_byte".into(), json!(round(s.index_bytes_per_raw_byte)));
         rows.push(Row {
             figure: "search latency p50 / p99, ms",
             value: format!("{:.1} / {:.1}", s.p50_ms, s.p99_ms),
-            reference: format!(
-                "{} queries on {} lines (built in {:.0} s)",
-                s.queries, s.lines, s.build_s
-            ),
+            reference: format!("{} queries on {} lines (built in {:.0} s)", s.queries, s.lines, s.build_s),
             target: "p99 <= 50",
             ok: Some(s.p99_ms <= 50.0),
         });
         rows.push(Row {
             figure: "index bytes per raw byte",
             value: format!("{:.2}", s.index_bytes_per_raw_byte),
-            reference: format!(
-                "{} MB index for {} MB of lines",
-                s.index_bytes >> 20,
-                s.raw_bytes >> 20
-            ),
+            reference: format!("{} MB index for {} MB of lines", s.index_bytes >> 20, s.raw_bytes >> 20),
             target: "reported",
             ok: None,
         });
@@ -271,23 +230,23 @@ fn run(sizes: Sizes, only: &[String], verbose: bool) -> Result<(Map<String, Valu
     rt.block_on(async {
         let server = ingest::Server::start().await?;
         if on("ingest") {
-        progress(verbose, &format!("ingest, {} agents x {} lines", sizes.ingest_agents, sizes.ingest_lines / sizes.ingest_agents as usize));
-        let i = ingest::run(&server, &corpus, sizes.ingest_agents, sizes.ingest_lines).await?;
-        f.insert("ingest_lines_per_s".into(), json!(i.ingest_lines_per_s.round()));
-        f.insert("raw_index_docs_per_s".into(), json!(i.raw_index_docs_per_s.round()));
-        f.insert("ingest_searchable".into(), json!(i.searchable));
-        f.insert("ingest_cpu_s_per_million_lines".into(), json!(round(i.ingest_cpu_s_per_million)));
-        f.insert("raw_index_cpu_s_per_million_docs".into(), json!(round(i.raw_cpu_s_per_million)));
-        rows.push(Row {
-            figure: "ingest, lines/s (gRPC agents -> committed)",
-            value: format!("{:.0}", i.ingest_lines_per_s),
-            reference: format!(
-                "raw JobIndex add+commit {:.0} docs/s ({} agents, {} lines, searchable: {}; CPU s per million: {:.2} ingest, {:.2} raw)",
-                i.raw_index_docs_per_s, i.agents, i.lines, i.searchable, i.ingest_cpu_s_per_million, i.raw_cpu_s_per_million
-            ),
-            target: ">= raw/2 and >= 150000",
-            ok: Some(i.searchable && i.ingest_lines_per_s >= 150_000.0 && i.ingest_lines_per_s * 2.0 >= i.raw_index_docs_per_s),
-        });
+            progress(verbose, &format!("ingest, {} agents x {} lines", sizes.ingest_agents, sizes.ingest_lines / sizes.ingest_agents as usize));
+            let i = ingest::run(&server, &corpus, sizes.ingest_agents, sizes.ingest_lines).await?;
+            f.insert("ingest_lines_per_s".into(), json!(i.ingest_lines_per_s.round()));
+            f.insert("raw_index_docs_per_s".into(), json!(i.raw_index_docs_per_s.round()));
+            f.insert("ingest_searchable".into(), json!(i.searchable));
+            f.insert("ingest_cpu_s_per_million_lines".into(), json!(round(i.ingest_cpu_s_per_million)));
+            f.insert("raw_index_cpu_s_per_million_docs".into(), json!(round(i.raw_cpu_s_per_million)));
+            rows.push(Row {
+                figure: "ingest, lines/s (gRPC agents -> committed)",
+                value: format!("{:.0}", i.ingest_lines_per_s),
+                reference: format!(
+                    "raw JobIndex add+commit {:.0} docs/s ({} agents, {} lines, searchable: {}; CPU s per million: {:.2} ingest, {:.2} raw)",
+                    i.raw_index_docs_per_s, i.agents, i.lines, i.searchable, i.ingest_cpu_s_per_million, i.raw_cpu_s_per_million
+                ),
+                target: ">= raw/2 and >= 150000",
+                ok: Some(i.searchable && i.ingest_lines_per_s >= 150_000.0 && i.ingest_lines_per_s * 2.0 >= i.raw_index_docs_per_s),
+            });
         }
 
         match agent::agent_binary().filter(|_| on("agent")) {
@@ -345,20 +304,14 @@ fn print_table(rows: &[Row]) {
     let w0 = rows.iter().map(|r| r.figure.len()).max().unwrap_or(0);
     let w1 = rows.iter().map(|r| r.value.len()).max().unwrap_or(0).max(5);
     let w3 = rows.iter().map(|r| r.target.len()).max().unwrap_or(0);
-    println!(
-        "{:w0$}  {:>w1$}  {:w3$}  {:5}  reference (same run, same data)",
-        "figure", "value", "target", "met"
-    );
+    println!("{:w0$}  {:>w1$}  {:w3$}  {:5}  reference (same run, same data)", "figure", "value", "target", "met");
     for r in rows {
         let ok = match r.ok {
             Some(true) => "yes",
             Some(false) => "NO",
             None => "-",
         };
-        println!(
-            "{:w0$}  {:>w1$}  {:w3$}  {:5}  {}",
-            r.figure, r.value, r.target, ok, r.reference
-        );
+        println!("{:w0$}  {:>w1$}  {:w3$}  {:5}  {}", r.figure, r.value, r.target, ok, r.reference);
     }
 }
 

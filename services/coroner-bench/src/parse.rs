@@ -20,29 +20,20 @@ pub struct CorpusFile {
 
 /// The corpus: `tests/data/corpus` under the workspace (or `$CORONER_CORPUS`).
 pub fn corpus_dir() -> PathBuf {
-    std::env::var_os("CORONER_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/corpus"))
+    std::env::var_os("CORONER_CORPUS").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/corpus"))
 }
 
 pub fn load_corpus(dir: &Path) -> Result<Vec<CorpusFile>> {
     let mut paths = Vec::new();
-    for bundle in
-        std::fs::read_dir(dir).with_context(|| format!("read the corpus {}", dir.display()))?
-    {
+    for bundle in std::fs::read_dir(dir).with_context(|| format!("read the corpus {}", dir.display()))? {
         let bundle = bundle?.path();
         if !bundle.is_dir() {
             continue;
         }
         for f in std::fs::read_dir(&bundle)? {
             let p = f?.path();
-            let name = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if name.ends_with(".lines.jsonl")
-                && (name.starts_with("rank") || name.starts_with("launcher"))
-            {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name.ends_with(".lines.jsonl") && (name.starts_with("rank") || name.starts_with("launcher")) {
                 paths.push(p);
             }
         }
@@ -58,17 +49,9 @@ pub fn load_corpus(dir: &Path) -> Result<Vec<CorpusFile>> {
             joined.extend_from_slice(&l.bytes);
             joined.push(b'\n');
         }
-        files.push(CorpusFile {
-            rank,
-            lines,
-            joined,
-        });
+        files.push(CorpusFile { rank, lines, joined });
     }
-    anyhow::ensure!(
-        !files.is_empty(),
-        "no *.lines.jsonl files under {}",
-        dir.display()
-    );
+    anyhow::ensure!(!files.is_empty(), "no *.lines.jsonl files under {}", dir.display());
     Ok(files)
 }
 
@@ -89,13 +72,7 @@ fn parse_jsonl(bytes: &[u8], rank: Option<Rank>) -> Vec<LogLine> {
         };
         let stream = Stream::parse(&rec.stream).unwrap_or(Stream::File);
         let slot = stream_slot(stream);
-        out.push(LogLine {
-            rank,
-            stream,
-            seq: seqs[slot],
-            capture_ns: rec.ts_ns,
-            bytes: rec.line.into_bytes(),
-        });
+        out.push(LogLine { rank, stream, seq: seqs[slot], capture_ns: rec.ts_ns, bytes: rec.line.into_bytes() });
         seqs[slot] += 1;
     }
     out
@@ -121,8 +98,7 @@ pub fn run(files: &[CorpusFile], target_bytes: u64) -> ParseFigures {
         for f in files {
             let mut parsers: [Option<RankParser>; 3] = [None, None, None];
             for l in &f.lines {
-                let p =
-                    parsers[stream_slot(l.stream)].get_or_insert_with(|| RankParser::new(f.rank));
+                let p = parsers[stream_slot(l.stream)].get_or_insert_with(|| RankParser::new(f.rank));
                 p.push(l, &mut out);
             }
             for p in parsers.iter_mut().flatten() {
@@ -144,12 +120,7 @@ pub fn run(files: &[CorpusFile], target_bytes: u64) -> ParseFigures {
     let scan_s = started.elapsed().as_secs_f64();
     std::hint::black_box(newlines);
 
-    ParseFigures {
-        parse_mb_per_s: bytes as f64 / parse_s / 1e6,
-        scan_mb_per_s: bytes as f64 / scan_s / 1e6,
-        bytes,
-        events,
-    }
+    ParseFigures { parse_mb_per_s: bytes as f64 / parse_s / 1e6, scan_mb_per_s: bytes as f64 / scan_s / 1e6, bytes, events }
 }
 
 fn stream_slot(s: Stream) -> usize {

@@ -57,26 +57,10 @@ pub fn run(shape: Shape) -> ReportFigures {
     let events: usize = evidence.ranks.values().map(|r| r.events.len()).sum();
     drop(evidence);
 
-    let (rank, class) = report
-        .first_failure
-        .as_ref()
-        .map_or((None, None), |f| (f.rank, Some(f.class)));
+    let (rank, class) = report.first_failure.as_ref().map_or((None, None), |f| (f.rank, Some(f.class)));
     let culprit_ok = rank == Some(Rank(shape.culprit)) && class == Some(FaultClass::CudaOom);
-    let found = format!(
-        "rank {} {}",
-        rank.map_or("-".to_string(), |r| r.0.to_string()),
-        class.map_or("-", |c| c.as_str())
-    );
-    ReportFigures {
-        ms,
-        ingest_s,
-        lines,
-        culprit_ok,
-        found,
-        evidence_ms,
-        cpu_ms,
-        events,
-    }
+    let found = format!("rank {} {}", rank.map_or("-".to_string(), |r| r.0.to_string()), class.map_or("-", |c| c.as_str()));
+    ReportFigures { ms, ingest_s, lines, culprit_ok, found, evidence_ms, cpu_ms, events }
 }
 
 /// CPU time this thread has used, in ms.

@@ -23,27 +23,13 @@ pub struct SearchFigures {
     pub raw_bytes: u64,
 }
 
-const TERMS: [&str; 6] = [
-    "watchdog",
-    "loss",
-    "nccl",
-    "traceback",
-    "outofmemoryerror",
-    "aborted",
-];
-const PHRASES: [&str; 4] = [
-    "\"collective operation timeout\"",
-    "\"CUDA out of memory\"",
-    "\"Init COMPLETE\"",
-    "\"Fatal Python error\"",
-];
+const TERMS: [&str; 6] = ["watchdog", "loss", "nccl", "traceback", "outofmemoryerror", "aborted"];
+const PHRASES: [&str; 4] = ["\"collective operation timeout\"", "\"CUDA out of memory\"", "\"Init COMPLETE\"", "\"Fatal Python error\""];
 
 pub fn run(lines: u64, queries: usize) -> Result<SearchFigures> {
     let ranks = if lines >= 4_000_000 { 1024 } else { 256 };
     let shape = Shape::new(ranks, (lines / u64::from(ranks)) as usize);
-    let dir = tempfile::Builder::new()
-        .prefix("coroner-bench-search")
-        .tempdir()?;
+    let dir = tempfile::Builder::new().prefix("coroner-bench-search").tempdir()?;
     let index = JobIndex::open_or_create(&dir.path().join("index"))?;
 
     let started = Instant::now();
@@ -78,21 +64,10 @@ pub fn run(lines: u64, queries: usize) -> Result<SearchFigures> {
     let mut hits = 0u64;
     let width = span.1 - span.0;
     for i in 0..queries {
-        let query = if i % 2 == 0 {
-            TERMS[i / 2 % TERMS.len()]
-        } else {
-            PHRASES[i / 2 % PHRASES.len()]
-        };
+        let query = if i % 2 == 0 { TERMS[i / 2 % TERMS.len()] } else { PHRASES[i / 2 % PHRASES.len()] };
         let rank = (i as u32).wrapping_mul(2_654_435_761) % ranks;
-        let (lo, hi) = (
-            span.0 + width * (i % 7) as i64 / 10,
-            span.0 + width * ((i % 7) as i64 + 4) / 10,
-        );
-        let mut req = SearchRequest {
-            query: query.into(),
-            limit: 100,
-            ..Default::default()
-        };
+        let (lo, hi) = (span.0 + width * (i % 7) as i64 / 10, span.0 + width * ((i % 7) as i64 + 4) / 10);
+        let mut req = SearchRequest { query: query.into(), limit: 100, ..Default::default() };
         match i % 3 {
             0 => req.rank = Some(rank),
             1 => req.capture_windows = Some(windows(ranks, lo, hi)),
@@ -126,12 +101,5 @@ pub fn run(lines: u64, queries: usize) -> Result<SearchFigures> {
 
 /// A time window for every rank, shifted by the rank's clock error as an aligned range would be.
 fn windows(ranks: u32, lo: i64, hi: i64) -> BTreeMap<Option<u32>, (i64, i64)> {
-    (0..ranks)
-        .map(|r| {
-            (
-                Some(r),
-                (lo + synth::skew_ns(r) / 4, hi + synth::skew_ns(r) / 4),
-            )
-        })
-        .collect()
+    (0..ranks).map(|r| (Some(r), (lo + synth::skew_ns(r) / 4, hi + synth::skew_ns(r) / 4))).collect()
 }

@@ -28,11 +28,7 @@ pub struct Shape {
 impl Shape {
     pub fn new(ranks: u32, lines_per_rank: usize) -> Shape {
         // Somewhere in the middle, so neither the first nor the last rank is the answer.
-        Shape {
-            ranks,
-            lines_per_rank,
-            culprit: ranks * 3 / 5 + 1,
-        }
+        Shape { ranks, lines_per_rank, culprit: ranks * 3 / 5 + 1 }
     }
 }
 
@@ -77,13 +73,7 @@ impl Writer {
     /// A line captured `at` ns into the job (true time); the host's clock adds its skew.
     fn push(&mut self, at: i64, stream: Stream, text: String) {
         let slot = usize::from(stream == Stream::Stderr);
-        self.lines.push(LogLine {
-            rank: Some(Rank(self.rank)),
-            stream,
-            seq: self.seqs[slot],
-            capture_ns: START_NS + at + self.skew,
-            bytes: text.into_bytes(),
-        });
+        self.lines.push(LogLine { rank: Some(Rank(self.rank)), stream, seq: self.seqs[slot], capture_ns: START_NS + at + self.skew, bytes: text.into_bytes() });
         self.seqs[slot] += 1;
     }
 
@@ -97,12 +87,7 @@ const OOM: &str = "CUDA out of memory. Tried to allocate 200.00 GiB. GPU 1 has a
 /// Every line of one rank, in capture order.
 pub fn rank_lines(shape: &Shape, rank: u32) -> Vec<LogLine> {
     let n = shape.lines_per_rank.max(40);
-    let mut w = Writer {
-        rank,
-        skew: skew_ns(rank),
-        lines: Vec::with_capacity(n + 20),
-        seqs: [0, 0],
-    };
+    let mut w = Writer { rank, skew: skew_ns(rank), lines: Vec::with_capacity(n + 20), seqs: [0, 0] };
     let (world, local, pid) = (shape.ranks, rank % 8, 2000 + rank % 8);
     let node = host(rank);
     let nccl = |tid: u32, msg: &str| format!("{node}:{pid}:{tid} [{local}] NCCL INFO {msg}");
@@ -117,25 +102,16 @@ pub fn rank_lines(shape: &Shape, rank: u32) -> Vec<LogLine> {
         "Bootstrap: Using eth0:192.0.2.2<0>".to_string(),
         "NCCL version 2.28.9+cuda13.0".to_string(),
         "NET/Socket : Using [0]eth0:192.0.2.2<0>".to_string(),
-        format!("ncclCommInitRankConfig comm 0x21c4ba10 rank {rank} nranks {world} cudaDev {local} nvmlDev {local} busId 60 commId 0x440fb82e38689ea - Init START"),
+        format!(
+            "ncclCommInitRankConfig comm 0x21c4ba10 rank {rank} nranks {world} cudaDev {local} nvmlDev {local} busId 60 commId 0x440fb82e38689ea - Init START"
+        ),
     ] {
         at += 1_000_000;
         w.push(at, Stream::Stdout, nccl(pid, &msg));
     }
     for ch in 0..8 {
         at += 100_000;
-        w.push(
-            at,
-            Stream::Stdout,
-            nccl(
-                pid,
-                &format!(
-                    "Channel {ch:02}/0 : {rank}[{local}] -> {}[{}] via P2P/CUMEM",
-                    (rank + 1) % world,
-                    (local + 1) % 8
-                ),
-            ),
-        );
+        w.push(at, Stream::Stdout, nccl(pid, &format!("Channel {ch:02}/0 : {rank}[{local}] -> {}[{}] via P2P/CUMEM", (rank + 1) % world, (local + 1) % 8)));
     }
     at += 1_000_000;
     w.push(at, Stream::Stdout, nccl(pid, &format!("ncclCommInitRankConfig comm 0x21c4ba10 rank {rank} nranks {world} cudaDev {local} nvmlDev {local} busId 60 commId 0x440fb82e38689ea - Init COMPLETE")));
@@ -152,22 +128,11 @@ pub fn rank_lines(shape: &Shape, rank: u32) -> Vec<LogLine> {
     for i in 0..body {
         let at = first + span * i as i64 / body.max(1) as i64;
         if i % 10 == 9 {
-            w.push(
-                at,
-                Stream::Stdout,
-                nccl(
-                    pid + 7,
-                    &format!("[Proxy Service] Device {local} CPU core {}", i % 16),
-                ),
-            );
+            w.push(at, Stream::Stdout, nccl(pid + 7, &format!("[Proxy Service] Device {local} CPU core {}", i % 16)));
         } else {
             let s = t(&w, at);
             let loss = 1.0 + ((step * 7919 + u64::from(rank)) % 1000) as f64 / 1000.0;
-            w.push(
-                at,
-                Stream::Stdout,
-                format!("{s} INFO [rank{rank}] train: step {step} loss {loss:.6}"),
-            );
+            w.push(at, Stream::Stdout, format!("{s} INFO [rank{rank}] train: step {step} loss {loss:.6}"));
             step += 1;
         }
     }
@@ -175,11 +140,7 @@ pub fn rank_lines(shape: &Shape, rank: u32) -> Vec<LogLine> {
     if is_culprit {
         let at = OOM_AT_NS;
         let s = t(&w, at);
-        w.push(
-            at,
-            Stream::Stdout,
-            format!("{s} ERROR [rank{rank}] train: uncaught OutOfMemoryError: {OOM}"),
-        );
+        w.push(at, Stream::Stdout, format!("{s} ERROR [rank{rank}] train: uncaught OutOfMemoryError: {OOM}"));
         for l in [
             "Traceback (most recent call last):",
             "  File \"/opt/job/worker.py\", line 118, in <module>",
@@ -189,26 +150,14 @@ pub fn rank_lines(shape: &Shape, rank: u32) -> Vec<LogLine> {
         ] {
             w.push(at, Stream::Stderr, format!("[rank{rank}]: {l}"));
         }
-        w.push(
-            at,
-            Stream::Stderr,
-            format!("[rank{rank}]: torch.OutOfMemoryError: {OOM}"),
-        );
+        w.push(at, Stream::Stderr, format!("[rank{rank}]: torch.OutOfMemoryError: {OOM}"));
         let tid = pid + 200;
         w.push(at + 1_000_000, Stream::Stdout, nccl(tid, &format!("comm 0x21c4ba10 rank {rank} nRanks {world} cudaDev {local} busId 70 - Abort START")));
         for _ in 0..3 {
-            w.push(
-                at + 1_000_000,
-                Stream::Stdout,
-                nccl(tid, "misc/socket.cc:64 -> 3"),
-            );
+            w.push(at + 1_000_000, Stream::Stdout, nccl(tid, "misc/socket.cc:64 -> 3"));
         }
         w.push(at + 2_000_000, Stream::Stdout, nccl(tid, &format!("comm 0x21c4ba10 rank {rank} nranks {world} cudaDev {local} busId 70 - Abort COMPLETE")));
-        w.push(
-            at + 3_000_000,
-            Stream::Stdout,
-            nccl(pid, "ENV/Plugin: Closing env plugin ncclEnvDefault"),
-        );
+        w.push(at + 3_000_000, Stream::Stdout, nccl(pid, "ENV/Plugin: Closing env plugin ncclEnvDefault"));
     } else {
         // The cascade: the next all-reduce never completes; the watchdog fires and aborts.
         let at = WATCHDOG_AT_NS + i64::from(rank % 97) * 1_000_000;
@@ -246,17 +195,9 @@ pub fn rank_lines(shape: &Shape, rank: u32) -> Vec<LogLine> {
 pub fn ends(shape: &Shape) -> Vec<ProcessEnd> {
     (0..shape.ranks)
         .map(|r| {
-            let (exit_code, signal, at) = if r == shape.culprit {
-                (Some(1), None, OOM_AT_NS + 50_000_000)
-            } else {
-                (None, Some(6), WATCHDOG_AT_NS + 41_000_000_000)
-            };
-            ProcessEnd {
-                rank: Rank(r),
-                exit_code,
-                signal,
-                at_ns: Some(START_NS + at + skew_ns(r)),
-            }
+            let (exit_code, signal, at) =
+                if r == shape.culprit { (Some(1), None, OOM_AT_NS + 50_000_000) } else { (None, Some(6), WATCHDOG_AT_NS + 41_000_000_000) };
+            ProcessEnd { rank: Rank(r), exit_code, signal, at_ns: Some(START_NS + at + skew_ns(r)) }
         })
         .collect()
 }

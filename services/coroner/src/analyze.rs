@@ -55,5 +55,9 @@ fn default_job_id(path: &Path) -> String {
     }
     let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    if name.is_empty() { "job".to_string() } else { name }
+    if name.is_empty() {
+        "job".to_string()
+    } else {
+        name
+    }
 }

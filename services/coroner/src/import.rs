@@ -4,13 +4,13 @@
 use anyhow::{bail, Context};
 use coroner_bundle::Sink;
 use coroner_model::{LogLine, ProcessEnd, Rank, SnapshotSummary};
+use coroner_proto::auth::Channel;
 use coroner_proto::convert::line_to_wire;
 use coroner_proto::v1::{self, ingest_client::IngestClient};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use coroner_proto::auth::Channel;
 
 const BATCH_LINES: usize = 2000;
 const CHUNK_BYTES: usize = 1 << 20;
@@ -82,10 +82,7 @@ impl Hosts {
     }
 
     fn of(&self, rank: Option<Rank>) -> String {
-        rank.and_then(|r| self.per_rank.get(&r.0))
-            .or(self.default.as_ref())
-            .cloned()
-            .unwrap_or_else(|| "import".to_string())
+        rank.and_then(|r| self.per_rank.get(&r.0)).or(self.default.as_ref()).cloned().unwrap_or_else(|| "import".to_string())
     }
 }
 
@@ -168,11 +165,7 @@ async fn ship(client: &mut IngestClient<Channel>, session: &str, lines: &[LogLin
         })
         .collect();
     let expected = batches.len();
-    let mut acks = client
-        .ship_logs(tokio_stream::iter(batches))
-        .await
-        .context("ship log batches")?
-        .into_inner();
+    let mut acks = client.ship_logs(tokio_stream::iter(batches)).await.context("ship log batches")?.into_inner();
     let mut acked = 0;
     while let Some(ack) = acks.message().await.context("wait for acknowledgements")? {
         let _ = ack;

@@ -195,11 +195,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Analyze { paths, json, job, rules, history } => analyze::run(&paths, json, job, rules.as_deref(), history.as_deref()),
         Command::Fr { dir, json } => fr::run(&dir, json),
-        Command::Import { paths, job, host, host_map } => import::Hosts::parse(host, &host_map)
-            .and_then(|hosts| runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job, &hosts)))),
-        Command::Suspects { since, all, json } => {
-            runtime().and_then(|rt| rt.block_on(suspects::run(&cli.server, since.as_deref(), all, json)))
+        Command::Import { paths, job, host, host_map } => {
+            import::Hosts::parse(host, &host_map).and_then(|hosts| runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job, &hosts))))
         }
+        Command::Suspects { since, all, json } => runtime().and_then(|rt| rt.block_on(suspects::run(&cli.server, since.as_deref(), all, json))),
         Command::Report { job, json } => runtime().and_then(|rt| rt.block_on(remote::report(&cli.server, &job, json))),
         Command::Jobs { json } => runtime().and_then(|rt| rt.block_on(remote::jobs(&cli.server, json))),
         Command::Search { job, query, rank, host, stream, kind, since, until, limit, cursor, json } => {
@@ -207,13 +206,9 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(remote::search(&cli.server, &job, args)))
         }
         Command::Count { job, query, json } => runtime().and_then(|rt| rt.block_on(remote::count(&cli.server, &job, &query, json))),
-        Command::Timeline { job, width, by_host, json } => {
-            runtime().and_then(|rt| rt.block_on(timeline::run(&cli.server, &job, width, by_host, json)))
-        }
+        Command::Timeline { job, width, by_host, json } => runtime().and_then(|rt| rt.block_on(timeline::run(&cli.server, &job, width, by_host, json))),
         Command::Watch { job, json } => runtime().and_then(|rt| rt.block_on(remote::watch(&cli.server, &job, json))),
-        Command::Snapshot { command: SnapshotCommand::List { job, json } } => {
-            runtime().and_then(|rt| rt.block_on(snapshot::list(&cli.server, &job, json)))
-        }
+        Command::Snapshot { command: SnapshotCommand::List { job, json } } => runtime().and_then(|rt| rt.block_on(snapshot::list(&cli.server, &job, json))),
         Command::Snapshot { command: SnapshotCommand::Get { job, sha256, output } } => {
             runtime().and_then(|rt| rt.block_on(snapshot::get(&cli.server, &job, &sha256, &output)))
         }

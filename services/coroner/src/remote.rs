@@ -1,18 +1,14 @@
 //! Commands that read from coronerd: `report`, `jobs`, `search`, `count`, `watch`.
 
 use anyhow::Context;
+use coroner_proto::auth::Channel;
 use coroner_proto::v1::{self, query_client::QueryClient};
 use std::process::ExitCode;
-use coroner_proto::auth::Channel;
 
 /// A channel to coronerd whose calls carry `--token`.
 pub async fn channel(server: &str) -> anyhow::Result<Channel> {
-    let endpoint = coroner_proto::auth::endpoint(server)
-        .map_err(|e| anyhow::anyhow!("{e} (set --server or CORONER_SERVER)"))?;
-    let inner = endpoint
-        .connect()
-        .await
-        .with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))?;
+    let endpoint = coroner_proto::auth::endpoint(server).map_err(|e| anyhow::anyhow!("{e} (set --server or CORONER_SERVER)"))?;
+    let inner = endpoint.connect().await.with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))?;
     Ok(coroner_proto::auth::channel(inner))
 }
 
@@ -30,11 +26,7 @@ pub fn status_message(s: tonic::Status) -> anyhow::Error {
 
 pub async fn report(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
-    let r = client
-        .get_report(v1::GetReportRequest { job_id: job.to_string() })
-        .await
-        .map_err(status_message)?
-        .into_inner();
+    let r = client.get_report(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner();
     if json {
         crate::term::out_json(&r.report_json);
     } else {
@@ -142,11 +134,7 @@ pub async fn search(server: &str, job: &str, a: SearchArgs) -> anyhow::Result<Ex
 
 pub async fn count(server: &str, job: &str, query: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
-    let resp = client
-        .count_by_rank(v1::CountByRankRequest { job_id: job.to_string(), query: query.to_string() })
-        .await
-        .map_err(status_message)?
-        .into_inner();
+    let resp = client.count_by_rank(v1::CountByRankRequest { job_id: job.to_string(), query: query.to_string() }).await.map_err(status_message)?.into_inner();
     if json {
         let rows: Vec<serde_json::Value> = resp.counts.iter().map(|c| serde_json::json!({"rank": c.rank, "count": c.count})).collect();
         crate::term::out_json(&serde_json::to_string_pretty(&rows)?);
@@ -173,7 +161,8 @@ pub async fn watch(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCo
         if json {
             crate::term::out_json(
                 &serde_json::json!({"at": now, "job_id": r.job_id, "verdict": r.verdict, "culprit_rank": r.culprit_rank,
-                    "class": if r.fault_class.is_empty() { None } else { Some(&r.fault_class) }, "live_findings": live}).to_string()
+                    "class": if r.fault_class.is_empty() { None } else { Some(&r.fault_class) }, "live_findings": live})
+                .to_string(),
             );
         } else {
             let headline = r.report_text.lines().next().unwrap_or("");

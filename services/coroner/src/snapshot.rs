@@ -11,12 +11,7 @@ use tokio_stream::StreamExt;
 
 pub async fn list(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
-    let snaps = client
-        .list_snapshots(v1::GetReportRequest { job_id: job.to_string() })
-        .await
-        .map_err(status_message)?
-        .into_inner()
-        .snapshots;
+    let snaps = client.list_snapshots(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner().snapshots;
     if json {
         let rows: Vec<serde_json::Value> = snaps
             .iter()
@@ -35,11 +30,8 @@ pub async fn list(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCod
 
 pub async fn get(server: &str, job: &str, sha256: &str, output: &Path) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
-    let mut stream = client
-        .get_snapshot(v1::GetSnapshotRequest { job_id: job.to_string(), sha256: sha256.to_string() })
-        .await
-        .map_err(status_message)?
-        .into_inner();
+    let mut stream =
+        client.get_snapshot(v1::GetSnapshotRequest { job_id: job.to_string(), sha256: sha256.to_string() }).await.map_err(status_message)?.into_inner();
     let tmp = output.with_extension("part");
     let mut file = std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
     let mut hasher = Sha256::new();

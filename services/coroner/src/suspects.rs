@@ -13,9 +13,7 @@ pub fn parse_since(s: &str, now_ns: i64) -> anyhow::Result<i64> {
     if let Ok(ago) = coroner_model::parse_duration(t) {
         return Ok(now_ns.saturating_sub(i64::try_from(ago.as_nanos()).unwrap_or(i64::MAX)));
     }
-    parse_time("--since", t).map_err(|_| {
-        anyhow::anyhow!("--since {s:?} is neither a time ago (7d, 24h, 90m) nor an RFC 3339 time (2024-05-01T12:00:00Z)")
-    })
+    parse_time("--since", t).map_err(|_| anyhow::anyhow!("--since {s:?} is neither a time ago (7d, 24h, 90m) nor an RFC 3339 time (2024-05-01T12:00:00Z)"))
 }
 
 pub async fn run(server: &str, since: Option<&str>, all: bool, json: bool) -> anyhow::Result<ExitCode> {

@@ -116,14 +116,7 @@ mod tests {
     #[test]
     fn the_culprit_lane_is_marked_and_roots_win_their_cell() {
         let ev = |t: i64, role: &str| v1::TimelineEvent { time_ns: t, role: role.into(), ..Default::default() };
-        let lane = |r: u32, events| v1::TimelineLane {
-            label: format!("rank {r}"),
-            ranks: vec![r],
-            start_ns: 0,
-            end_ns: 100,
-            events,
-            ..Default::default()
-        };
+        let lane = |r: u32, events| v1::TimelineLane { label: format!("rank {r}"), ranks: vec![r], start_ns: 0, end_ns: 100, events, ..Default::default() };
         let t = v1::TimelineResponse {
             job_id: "j".into(),
             start_ns: 0,

@@ -77,7 +77,11 @@ fn missing_dumps_never_name_another_rank() {
     let mut runs = 0;
     for (name, rank, ..) in CASES.iter().filter(|c| c.1.is_some()) {
         let dir = fixtures().join(name);
-        let mut dumps: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("nccl_trace_rank_")).collect();
+        let mut dumps: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("nccl_trace_rank_"))
+            .collect();
         dumps.sort();
         let logs: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "log")).collect();
         for mask in 1u32..(1 << dumps.len()) - 1 {
@@ -98,7 +102,11 @@ fn missing_dumps_never_name_another_rank() {
             }
             let report = coroner(&["analyze", "--json", tmp.path().to_str().unwrap()]);
             let named = culprits(&report["flight_recorder"]);
-            assert!(named.is_empty() || named == vec![u64::from(rank.unwrap())], "{name} with logs, dumps {mask:b}: {:#}", report["flight_recorder"]["verdict"]);
+            assert!(
+                named.is_empty() || named == vec![u64::from(rank.unwrap())],
+                "{name} with logs, dumps {mask:b}: {:#}",
+                report["flight_recorder"]["verdict"]
+            );
             runs += 1;
         }
     }

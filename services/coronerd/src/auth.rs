@@ -164,11 +164,7 @@ where
 
 /// The HTTP side: the read token on everything but health and static assets, and the security
 /// headers on every answer.
-pub async fn http_guard(
-    State(tokens): State<Arc<Tokens>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
+pub async fn http_guard(State(tokens): State<Arc<Tokens>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let mut response = guarded(&tokens, req, next).await;
     for (name, value) in SECURITY_HEADERS {
         response.headers_mut().insert(name, HeaderValue::from_static(value));

@@ -15,11 +15,11 @@
 //! answer means every request queued before it is answered).
 
 use crate::error::ServiceError;
+use crate::job::claims::{lane_of, StreamLane};
 use crate::job::Job;
 use crate::metrics::Metrics;
 use crate::writers::Writers;
 use coroner_index::LineRef;
-use crate::job::claims::{lane_of, StreamLane};
 use coroner_model::LogLine;
 use coroner_store::Metastore;
 use std::collections::HashMap;

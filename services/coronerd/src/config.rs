@@ -93,10 +93,7 @@ fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> any
         (Some(v), _) => v.trim().to_string(),
         (None, Some(f)) => {
             check_token_file_mode(what, f)?;
-            std::fs::read_to_string(f)
-                .with_context(|| format!("read the {what} token file {}", f.display()))?
-                .trim()
-                .to_string()
+            std::fs::read_to_string(f).with_context(|| format!("read the {what} token file {}", f.display()))?.trim().to_string()
         }
         (None, None) => return Ok(None),
     };
@@ -187,21 +184,15 @@ impl Config {
         crate::ownership::Instance {
             claimant: coroner_store::Claimant {
                 owner: self.instance_id.clone().unwrap_or_else(|| default_instance_id(grpc)),
-                grpc_address: self.advertise_grpc.clone().unwrap_or_else(|| {
-                    format!("{}://{grpc}", if self.tls_cert.is_some() { "https" } else { "http" })
-                }),
-                http_address: self.advertise_http.clone().unwrap_or_else(|| {
-                    format!("{}://{http}", if self.tls_cert.is_some() { "https" } else { "http" })
-                }),
+                grpc_address: self.advertise_grpc.clone().unwrap_or_else(|| format!("{}://{grpc}", if self.tls_cert.is_some() { "https" } else { "http" })),
+                http_address: self.advertise_http.clone().unwrap_or_else(|| format!("{}://{http}", if self.tls_cert.is_some() { "https" } else { "http" })),
             },
             ttl: self.lease_ttl.max(std::time::Duration::from_millis(300)),
         }
     }
 
     pub fn database_url(&self) -> String {
-        self.database_url.clone().unwrap_or_else(|| {
-            format!("sqlite://{}?mode=rwc", self.data_dir.join("coroner.db").display())
-        })
+        self.database_url.clone().unwrap_or_else(|| format!("sqlite://{}?mode=rwc", self.data_dir.join("coroner.db").display()))
     }
 }
 

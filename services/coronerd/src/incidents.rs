@@ -118,4 +118,3 @@ pub async fn suspects(store: &Arc<dyn Metastore>, since_ns: Option<i64>, all: bo
     let jobs = store.job_hosts(since_ns).await?;
     Ok(history::suspects(&failures, &jobs, all))
 }
-

@@ -6,18 +6,18 @@ use crate::jobs::Jobs;
 use crate::metrics::Metrics;
 use crate::snapshots::SnapshotStore;
 
-mod budget;
 mod admit;
+mod budget;
 mod prepaid;
 mod session_limits;
 mod snapshot_upload;
 #[cfg(test)]
 mod tests;
 pub use budget::{IngestBudget, Reservation};
-pub use prepaid::Prepaid;
 use coroner_model::{ClockSample, JobId, ProcessEnd, Rank};
 use coroner_proto::v1::{self, ingest_server::Ingest};
 use coroner_store::SessionRecord;
+pub use prepaid::Prepaid;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -50,7 +50,13 @@ pub struct IngestService {
 }
 
 impl IngestService {
-    pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>, budget: Arc<IngestBudget>, limits: Arc<crate::limits::LimitsConfig>) -> Self {
+    pub fn new(
+        jobs: Arc<Jobs>,
+        snapshots: Arc<SnapshotStore>,
+        metrics: Arc<Metrics>,
+        budget: Arc<IngestBudget>,
+        limits: Arc<crate::limits::LimitsConfig>,
+    ) -> Self {
         IngestService { jobs, snapshots, metrics, budget, limits, sessions: Arc::default() }
     }
 
@@ -197,7 +203,9 @@ impl Ingest for IngestService {
         tokio::spawn(async move {
             while let Some(submitted) = order_rx.recv().await {
                 let result = match submitted {
-                    Submitted::Queued(batch_id, committed) => committed.await.unwrap_or_else(|e| Err(e.into())).map(|duplicates| v1::BatchAck { batch_id, duplicates }),
+                    Submitted::Queued(batch_id, committed) => {
+                        committed.await.unwrap_or_else(|e| Err(e.into())).map(|duplicates| v1::BatchAck { batch_id, duplicates })
+                    }
                     Submitted::Failed(e) => Err(e),
                 };
                 let failed = result.is_err();
@@ -350,9 +358,8 @@ impl Ingest for IngestService {
                 break;
             }
         }
-        let (session, upload) = match (session, upload) {
-            (Some(s), Some(u)) => (s, u),
-            _ => return Err(ServiceError::InvalidArgument("empty snapshot upload".into()).into()),
+        let (Some(session), Some(upload)) = (session, upload) else {
+            return Err(ServiceError::InvalidArgument("empty snapshot upload".into()).into());
         };
         if !complete {
             // The bytes so far stay: SnapshotStatus tells the agent where to resume.
@@ -384,9 +391,8 @@ async fn submit_batch(
     store: &Arc<dyn coroner_store::Metastore>,
     batch: v1::LogBatch,
 ) -> Result<tokio::sync::oneshot::Receiver<crate::committer::Reply>, ServiceError> {
-    let session = lookup(sessions, &batch.session_id).ok_or_else(|| {
-        ServiceError::FailedPrecondition(format!("unknown session {:?}: open the session before shipping logs", batch.session_id))
-    })?;
+    let session = lookup(sessions, &batch.session_id)
+        .ok_or_else(|| ServiceError::FailedPrecondition(format!("unknown session {:?}: open the session before shipping logs", batch.session_id)))?;
     session.fence.check(&session.job.id)?;
     let admit::Admitted { lines, notes } = admit::admit(batch.lines, session.rank, session.world_size, &session.host);
     if !notes.is_empty() {

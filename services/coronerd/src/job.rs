@@ -85,10 +85,7 @@ impl Job {
     /// stream can have several batches in flight; pass the receiver to [`Job::committed`].
     pub async fn submit(&self, lines: Vec<LogLine>, host: String) -> Result<oneshot::Receiver<Reply>, ServiceError> {
         let (done, wait) = oneshot::channel();
-        self.commits
-            .send(CommitRequest { lines, host, done })
-            .await
-            .map_err(|_| ServiceError::Unavailable("the job is shutting down; retry".into()))?;
+        self.commits.send(CommitRequest { lines, host, done }).await.map_err(|_| ServiceError::Unavailable("the job is shutting down; retry".into()))?;
         Ok(wait)
     }
 
@@ -150,10 +147,7 @@ impl Job {
         let rules = rules.clone();
         let version = self.version.clone();
         let (report, seen) = tokio::task::spawn_blocking(move || {
-            pipeline
-                .lock()
-                .map(|p| (p.report(&rules), version.load(Ordering::SeqCst)))
-                .map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))
+            pipeline.lock().map(|p| (p.report(&rules), version.load(Ordering::SeqCst))).map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))
         })
         .await??;
         let report = Arc::new(report);
@@ -190,10 +184,7 @@ async fn reporter(job: std::sync::Weak<Job>, store: Arc<dyn Metastore>, rules: A
         tokio::time::sleep(REPORT_DEBOUNCE).await;
         let started = Instant::now();
         let rules2 = rules.clone();
-        let computed = tokio::task::spawn_blocking(move || {
-            pipeline.lock().ok().map(|p| (p.report(&rules2), version.load(Ordering::SeqCst)))
-        })
-        .await;
+        let computed = tokio::task::spawn_blocking(move || pipeline.lock().ok().map(|p| (p.report(&rules2), version.load(Ordering::SeqCst)))).await;
         let Ok(Some((report, seen))) = computed else { continue };
         metrics.reports.fetch_add(1, Ordering::Relaxed);
         metrics.report_latency.observe(started.elapsed());

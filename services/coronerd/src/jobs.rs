@@ -86,9 +86,7 @@ impl Jobs {
             let opened = tokio::task::spawn_blocking(move || {
                 std::fs::create_dir_all(&dir).map_err(|e| ServiceError::Internal(format!("create {}: {e}", dir.display())))?;
                 JobIndex::open_or_create(&dir).map_err(|e| match e {
-                    coroner_index::IndexError::Locked(_) => ServiceError::Unavailable(format!(
-                        "{e}: the job's previous owner still holds its index; retry"
-                    )),
+                    coroner_index::IndexError::Locked(_) => ServiceError::Unavailable(format!("{e}: the job's previous owner still holds its index; retry")),
                     e => ServiceError::from(e),
                 })
             })
@@ -167,11 +165,7 @@ impl Jobs {
         Ok(())
     }
 
-    async fn recover(
-        &self,
-        job: &JobId,
-        index: Arc<JobIndex>,
-    ) -> Result<(JobPipeline, crate::job::Positions), ServiceError> {
+    async fn recover(&self, job: &JobId, index: Arc<JobIndex>) -> Result<(JobPipeline, crate::job::Positions), ServiceError> {
         let mut pipeline = JobPipeline::new(job.as_str());
         let sessions = self.store.sessions(job).await?;
         // A world size is believed in proportion to the agents seen (`limits.rs`).
@@ -214,7 +208,10 @@ impl Jobs {
         .await
         .unwrap_or_default();
         for (s, facts) in read {
-            pipeline.add_snapshot_facts(SnapshotSummary { rank: s.rank, kind: s.kind, name: s.name, size: s.size, sha256: s.sha256, highlights: Vec::new() }, facts);
+            pipeline.add_snapshot_facts(
+                SnapshotSummary { rank: s.rank, kind: s.kind, name: s.name, size: s.size, sha256: s.sha256, highlights: Vec::new() },
+                facts,
+            );
         }
         let (pipeline, positions, index_lines) = tokio::task::spawn_blocking(move || {
             let mut pipeline = pipeline;
@@ -223,13 +220,7 @@ impl Jobs {
             index.for_each_line(|l| {
                 let next = positions.entry((l.rank, l.stream, lane_of(l.seq))).or_insert(0);
                 *next = (*next).max(l.seq.saturating_add(1));
-                pipeline.push_line(LogLine {
-                    rank: l.rank.map(Rank),
-                    stream: l.stream,
-                    seq: l.seq,
-                    capture_ns: l.capture_ns,
-                    bytes: l.bytes,
-                })
+                pipeline.push_line(LogLine { rank: l.rank.map(Rank), stream: l.stream, seq: l.seq, capture_ns: l.capture_ns, bytes: l.bytes });
             })?;
             Ok::<_, ServiceError>((pipeline, positions, index.num_lines()))
         })

@@ -5,8 +5,8 @@
 //! finish, and closes.
 
 pub mod auth;
-pub mod config;
 mod committer;
+pub mod config;
 pub mod error;
 mod http;
 mod incidents;
@@ -48,10 +48,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
 }
 
 /// Starts the server and returns once it listens: a future that runs it to the end, and its addresses.
-pub async fn start(
-    config: Config,
-    shutdown: CancellationToken,
-) -> anyhow::Result<(impl std::future::Future<Output = anyhow::Result<()>>, Bound)> {
+pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Result<(impl std::future::Future<Output = anyhow::Result<()>>, Bound)> {
     let grpc_tls = config.grpc_tls()?;
     let http_tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => Some(tls::server_config(cert, key)?),
@@ -64,12 +61,9 @@ pub async fn start(
         // Set once per process (a second server in one process keeps the first CA).
         let _ = coroner_proto::auth::set_tls_ca(Some(ca));
     }
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("create the data dir {}", config.data_dir.display()))?;
+    std::fs::create_dir_all(&config.data_dir).with_context(|| format!("create the data dir {}", config.data_dir.display()))?;
     let rules = load_rules(&config)?;
-    let store = coroner_store::connect(&config.database_url())
-        .await
-        .with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
+    let store = coroner_store::connect(&config.database_url()).await.with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
 
     let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
         .await
@@ -145,18 +139,11 @@ pub async fn start(
             tokens.clone(),
             auth::Need::Write,
         ))
-        .add_service(auth::Guarded::new(
-            otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20),
-            tokens.clone(),
-            auth::Need::Write,
-        ))
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-            async move { grpc_shutdown.cancelled().await },
-        );
+        .add_service(auth::Guarded::new(otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20), tokens.clone(), auth::Need::Write))
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(grpc_listener), async move { grpc_shutdown.cancelled().await });
     let http_shutdown = shutdown.clone();
-    let app = http::router(jobs.clone(), metrics.clone(), snapshot_store.clone(), searches)
-        .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
+    let app =
+        http::router(jobs.clone(), metrics.clone(), snapshot_store.clone(), searches).layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
     let header_timeout = config.limits.http_header_timeout;
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> = match http_tls {
         None => Box::pin(http::serve::serve(http_listener, app, header_timeout, http_shutdown)),

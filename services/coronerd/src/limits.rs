@@ -208,11 +208,7 @@ impl Default for LimitsConfig {
 
 impl LimitsConfig {
     pub fn query_limits(&self) -> coroner_index::QueryLimits {
-        coroner_index::QueryLimits {
-            max_bytes: self.max_query_bytes,
-            max_depth: self.max_query_depth,
-            max_clauses: self.max_query_clauses,
-        }
+        coroner_index::QueryLimits { max_bytes: self.max_query_bytes, max_depth: self.max_query_depth, max_clauses: self.max_query_clauses }
     }
 
     /// A quota in bytes from a flag in GiB (`None`: off).

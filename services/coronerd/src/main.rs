@@ -24,9 +24,7 @@ fn main() -> std::process::ExitCode {
 
 async fn serve() -> std::process::ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORONER_LOG").unwrap_or_else(|_| "info,tantivy=warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CORONER_LOG").unwrap_or_else(|_| "info,tantivy=warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let config = Config::parse();

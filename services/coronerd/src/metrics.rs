@@ -102,19 +102,50 @@ impl Metrics {
         one("coroner_ingest_duplicate_lines_total", "Redelivered lines dropped as duplicates.", "counter", self.duplicate_lines.load(Relaxed).to_string());
         one("coroner_ingest_batches_total", "Log batches acknowledged.", "counter", self.batches.load(Relaxed).to_string());
         one("coroner_ingest_agents_connected", "Agents with an open log stream.", "gauge", self.agents_connected.load(Relaxed).to_string());
-        one("coroner_ingest_buffered_bytes", "Bytes of received log batches not yet committed and acknowledged.", "gauge", self.ingest_buffered_bytes.load(Relaxed).max(0).to_string());
-        one("coroner_ingest_budget_bytes", "The most bytes of log batches held before streams stop reading (--ingest-buffer-mb).", "gauge", self.ingest_budget_bytes.load(Relaxed).to_string());
-        one("coroner_ingest_budget_waits_total", "Log batches that waited for room in the ingest budget (backpressure).", "counter", self.ingest_budget_waits.load(Relaxed).to_string());
-        one("coroner_agent_spool_backlog_bytes", "Spool bytes connected agents hold unacknowledged, as they last reported.", "gauge", self.spool_backlog_bytes.load(Relaxed).max(0).to_string());
-        one("coroner_agent_dropped_lines_total", "Lines agents reported dropping (spool full).", "counter", self.dropped_lines_reported.load(Relaxed).to_string());
+        one(
+            "coroner_ingest_buffered_bytes",
+            "Bytes of received log batches not yet committed and acknowledged.",
+            "gauge",
+            self.ingest_buffered_bytes.load(Relaxed).max(0).to_string(),
+        );
+        one(
+            "coroner_ingest_budget_bytes",
+            "The most bytes of log batches held before streams stop reading (--ingest-buffer-mb).",
+            "gauge",
+            self.ingest_budget_bytes.load(Relaxed).to_string(),
+        );
+        one(
+            "coroner_ingest_budget_waits_total",
+            "Log batches that waited for room in the ingest budget (backpressure).",
+            "counter",
+            self.ingest_budget_waits.load(Relaxed).to_string(),
+        );
+        one(
+            "coroner_agent_spool_backlog_bytes",
+            "Spool bytes connected agents hold unacknowledged, as they last reported.",
+            "gauge",
+            self.spool_backlog_bytes.load(Relaxed).max(0).to_string(),
+        );
+        one(
+            "coroner_agent_dropped_lines_total",
+            "Lines agents reported dropping (spool full).",
+            "counter",
+            self.dropped_lines_reported.load(Relaxed).to_string(),
+        );
         one("coroner_otlp_log_records_total", "OTLP log records accepted.", "counter", self.otlp_records.load(Relaxed).to_string());
         one("coroner_otlp_rejected_log_records_total", "OTLP log records rejected (no job id).", "counter", self.otlp_rejected.load(Relaxed).to_string());
         one("coroner_index_commits_total", "Index commits.", "counter", self.commits.load(Relaxed).to_string());
         one("coroner_report_builds_total", "Reports computed.", "counter", self.reports.load(Relaxed).to_string());
         one("coroner_snapshots_stored_total", "Snapshots stored.", "counter", self.snapshots.load(Relaxed).to_string());
         one("coroner_searches_running", "Searches running now.", "gauge", self.searches_running.load(Relaxed).max(0).to_string());
-        one("coroner_jobs_open", "Jobs held open here (an index writer and the analysis state each).", "gauge", self.jobs_open.load(Relaxed).max(0).to_string());
-        let _ = writeln!(out, "# HELP coroner_limits_refused_total Requests refused by a limit (docs/SECURITY.md).\n# TYPE coroner_limits_refused_total counter");
+        one(
+            "coroner_jobs_open",
+            "Jobs held open here (an index writer and the analysis state each).",
+            "gauge",
+            self.jobs_open.load(Relaxed).max(0).to_string(),
+        );
+        let _ =
+            writeln!(out, "# HELP coroner_limits_refused_total Requests refused by a limit (docs/SECURITY.md).\n# TYPE coroner_limits_refused_total counter");
         for (l, n) in crate::limits::Limit::ALL.iter().zip(&self.refused) {
             let _ = writeln!(out, "coroner_limits_refused_total{{limit=\"{}\"}} {}", l.name(), n.load(Relaxed));
         }

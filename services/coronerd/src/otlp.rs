@@ -13,8 +13,8 @@
 //! - sequence numbers: assigned by the server per (job, rank, stream), continuing after what
 //!   the job already holds. Exports are committed one at a time, so numbers never race.
 
-use crate::jobs::Jobs;
 use crate::error::ServiceError;
+use crate::jobs::Jobs;
 use coroner_model::{now_ns, JobId, LogLine, Rank, Stream};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     logs_service_server::LogsService, ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
@@ -84,9 +84,7 @@ pub fn map_request(req: &ExportLogsServiceRequest, now_ns: i64) -> (Vec<Mapped>,
         let res: &[KeyValue] = rl.resource.as_ref().map(|r| r.attributes.as_slice()).unwrap_or(&[]);
         for sl in &rl.scope_logs {
             for rec in &sl.log_records {
-                let attr = |keys: &[&str]| {
-                    keys.iter().find_map(|k| find(res, k)).or_else(|| keys.iter().find_map(|k| find(&rec.attributes, k)))
-                };
+                let attr = |keys: &[&str]| keys.iter().find_map(|k| find(res, k)).or_else(|| keys.iter().find_map(|k| find(&rec.attributes, k)));
                 let job = attr(&["coroner.job.id", "service.instance.id"]).and_then(as_text).map(|s| JobId::parse(s.trim()));
                 let job = match job {
                     Some(Ok(j)) => j,
@@ -141,7 +139,12 @@ impl OtlpLogs {
         for (id, hosts) in by_job {
             // A world size is believed in proportion to the ranks this export names (`limits.rs`).
             let ranks = hosts.values().flatten().filter_map(|m| m.rank).collect::<std::collections::HashSet<_>>().len();
-            let world = hosts.values().flatten().filter_map(|m| m.world_size).max().map(|w| crate::limits::believed_world_size(w, ranks.max(1), self.jobs.limits.world_size_slack));
+            let world = hosts
+                .values()
+                .flatten()
+                .filter_map(|m| m.world_size)
+                .max()
+                .map(|w| crate::limits::believed_world_size(w, ranks.max(1), self.jobs.limits.world_size_slack));
             self.jobs.admit_new(&id).await?;
             self.jobs.store.touch_job(&id, world, now).await?;
             let job = self.jobs.get(&id, true).await?;
@@ -198,8 +201,7 @@ impl LogsService for OtlpLogs {
         metrics.otlp_records.fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
         metrics.otlp_rejected.fetch_add(rejected.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
         self.ingest(records, now).await?;
-        let partial_success =
-            (rejected > 0).then_some(ExportLogsPartialSuccess { rejected_log_records: rejected, error_message: why });
+        let partial_success = (rejected > 0).then_some(ExportLogsPartialSuccess { rejected_log_records: rejected, error_message: why });
         Ok(Response::new(ExportLogsServiceResponse { partial_success }))
     }
 }
@@ -235,10 +237,7 @@ mod tests {
                         ..Default::default()
                     }),
                     scope_logs: vec![ScopeLogs {
-                        log_records: vec![
-                            rec("hello\n", 100, vec![kv("log.iostream", Value::StringValue("stderr".into()))]),
-                            rec("later", 0, vec![]),
-                        ],
+                        log_records: vec![rec("hello\n", 100, vec![kv("log.iostream", Value::StringValue("stderr".into()))]), rec("later", 0, vec![])],
                         ..Default::default()
                     }],
                     ..Default::default()

@@ -60,9 +60,7 @@ impl Fence {
         if self.holds() {
             Ok(())
         } else {
-            Err(ServiceError::Unavailable(format!(
-                "this coronerd's lease on job {job} lapsed (it could not renew it in time); reconnect"
-            )))
+            Err(ServiceError::Unavailable(format!("this coronerd's lease on job {job} lapsed (it could not renew it in time); reconnect")))
         }
     }
 

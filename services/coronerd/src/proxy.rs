@@ -96,9 +96,9 @@ where
             };
             let mut forwarded = rebuild(&parts, bytes);
             forwarded.headers_mut().insert(PROXIED, http::HeaderValue::from_static("1"));
-            Ok(forward(&peers, &owner, forwarded).await.unwrap_or_else(|e| {
-                tonic::Status::unavailable(format!("the job's owner at {owner} did not answer ({e}); retry")).into_http()
-            }))
+            Ok(forward(&peers, &owner, forwarded)
+                .await
+                .unwrap_or_else(|e| tonic::Status::unavailable(format!("the job's owner at {owner} did not answer ({e}); retry")).into_http()))
         })
     }
 }

@@ -70,15 +70,7 @@ fn timeline_response(t: Timeline) -> v1::TimelineResponse {
                 events: l
                     .events
                     .into_iter()
-                    .map(|e| v1::TimelineEvent {
-                        time_ns: e.time_ns,
-                        rank: e.rank,
-                        kind: e.kind,
-                        role: e.role,
-                        text: e.text,
-                        stream: e.stream,
-                        seq: e.seq,
-                    })
+                    .map(|e| v1::TimelineEvent { time_ns: e.time_ns, rank: e.rank, kind: e.kind, role: e.role, text: e.text, stream: e.stream, seq: e.seq })
                     .collect(),
             })
             .collect(),
@@ -108,9 +100,7 @@ pub async fn snapshot_file(
     let id = job_id(job)?;
     let job = jobs.get(&id, false).await?;
     let sha = sha256.trim().to_ascii_lowercase();
-    let path = store
-        .path_of(&sha)
-        .ok_or_else(|| ServiceError::InvalidArgument(format!("{sha256:?} is not a sha256 (64 hex digits)")))?;
+    let path = store.path_of(&sha).ok_or_else(|| ServiceError::InvalidArgument(format!("{sha256:?} is not a sha256 (64 hex digits)")))?;
     let record = jobs
         .store
         .snapshots(&job.id)
@@ -184,15 +174,7 @@ impl Query for QueryService {
         let hits = result
             .hits
             .into_iter()
-            .map(|h| v1::SearchHit {
-                rank: h.rank,
-                time_ns: h.time_ns,
-                stream: h.stream,
-                line: h.line,
-                capture_ns: h.capture_ns,
-                host: h.host,
-                seq: h.seq,
-            })
+            .map(|h| v1::SearchHit { rank: h.rank, time_ns: h.time_ns, stream: h.stream, line: h.line, capture_ns: h.capture_ns, host: h.host, seq: h.seq })
             .collect();
         Ok(Response::new(v1::SearchResponse { hits, total: result.total, next_cursor: result.next_cursor.unwrap_or_default() }))
     }
@@ -231,9 +213,7 @@ impl Query for QueryService {
     async fn get_snapshot(&self, req: Request<v1::GetSnapshotRequest>) -> Result<Response<Self::GetSnapshotStream>, Status> {
         let r = req.into_inner();
         let (record, path) = snapshot_file(&self.jobs, &self.snapshots, &r.job_id, &r.sha256).await?;
-        let mut file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| ServiceError::Internal(format!("open snapshot {}: {e}", path.display())))?;
+        let mut file = tokio::fs::File::open(&path).await.map_err(|e| ServiceError::Internal(format!("open snapshot {}: {e}", path.display())))?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
             use tokio::io::AsyncReadExt;

@@ -93,10 +93,8 @@ impl Searches {
         search: impl FnOnce(&Budget, bool) -> Result<T, IndexError> + Send + 'static,
     ) -> Result<T, ServiceError> {
         let busy = |what: &str| {
-            Limit::Searches.refuse(
-                &self.metrics,
-                format!("{what} searches are running and none finished within {:.0} s; retry later", self.max_time.as_secs_f64()),
-            )
+            Limit::Searches
+                .refuse(&self.metrics, format!("{what} searches are running and none finished within {:.0} s; retry later", self.max_time.as_secs_f64()))
         };
         let job_slots = self.job_slots(job);
         let wait = tokio::time::timeout(self.max_time, async {

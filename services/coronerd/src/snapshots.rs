@@ -278,10 +278,7 @@ impl SnapshotStore {
 impl Upload {
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), ServiceError> {
         if offset != self.received {
-            return Err(ServiceError::InvalidArgument(format!(
-                "snapshot {:?}: chunk at offset {offset}, expected {}",
-                self.header.name, self.received
-            )));
+            return Err(ServiceError::InvalidArgument(format!("snapshot {:?}: chunk at offset {offset}, expected {}", self.header.name, self.received)));
         }
         let room = self.cap.saturating_sub(self.kept) as usize;
         let keep = &data[..data.len().min(room)];

@@ -32,11 +32,7 @@ impl Writers {
             let excess = open.len().saturating_sub(self.max);
             let mut by_age: Vec<(u64, JobId)> = open.iter().filter(|(id, _)| *id != job).map(|(id, (_, t))| (*t, id.clone())).collect();
             by_age.sort();
-            by_age
-                .into_iter()
-                .take(excess)
-                .filter_map(|(_, id)| open.remove(&id).and_then(|(w, _)| w.upgrade()).map(|i| (id, i)))
-                .collect()
+            by_age.into_iter().take(excess).filter_map(|(_, id)| open.remove(&id).and_then(|(w, _)| w.upgrade()).map(|i| (id, i))).collect()
         };
         for (id, index) in victims {
             crate::limits::Limit::OpenJobs.count(&self.metrics);

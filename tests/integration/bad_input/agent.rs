@@ -112,12 +112,8 @@ fn a_full_spool_drops_routine_lines_first_never_blocks_the_job_and_the_count_rea
 
     let notes = notes_with(&server, "spool-full", "dropped");
     let note = notes.iter().find(|n| n.contains("dropped")).unwrap_or_else(|| panic!("no note of the dropped lines: {notes:?}"));
-    let dropped: u64 = note
-        .split_whitespace()
-        .skip_while(|w| *w != "dropped")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("a count in {note:?}"));
+    let dropped: u64 =
+        note.split_whitespace().skip_while(|w| *w != "dropped").nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("a count in {note:?}"));
     assert!(dropped > 0 && dropped < N, "{note}");
     runtime().block_on(async {
         let mut q = QueryClient::connect(server.grpc_url.clone()).await.expect("connect");

@@ -30,7 +30,11 @@ fn another_agent_cannot_file_stored_content_without_its_bytes() {
         // The attacker names the victim's sha256, a huge size and another reader.
         let thief = session(&mut client, "rt-thief", 0, 1, "node-z", "thief-agent").await;
         let claim = v1::SnapshotHeader { kind: "core".into(), size: 1_000_000_000_000_000, original_size: Some(1_000_000_000_000_000), ..header.clone() };
-        let answer = client.snapshot_status(v1::SnapshotStatusRequest { session_id: thief.clone(), header: Some(claim.clone()) }).await.expect("SnapshotStatus").into_inner();
+        let answer = client
+            .snapshot_status(v1::SnapshotStatusRequest { session_id: thief.clone(), header: Some(claim.clone()) })
+            .await
+            .expect("SnapshotStatus")
+            .into_inner();
         assert_eq!(answer, v1::SnapshotStatusResponse { stored: false, resume_offset: 0 }, "the thief must send the bytes");
         let mut query = QueryClient::connect(server.grpc_url.clone()).await.expect("connect");
         let listed = query.list_snapshots(v1::GetReportRequest { job_id: "rt-thief".into() }).await.expect("list").into_inner().snapshots;

@@ -75,7 +75,12 @@ fn large_batches_are_reserved_before_they_are_decoded() {
                 // Two batches of 60 MiB of lines each (the red team's eight streams).
                 let text = vec![b'y'; 60 << 10];
                 let batches: Vec<v1::LogBatch> = (0..2u64)
-                    .map(|b| v1::LogBatch { session_id: s.clone(), batch_id: b, lines: (0..1000).map(|i| line(b * 1000 + i, &text)).collect(), ..Default::default() })
+                    .map(|b| v1::LogBatch {
+                        session_id: s.clone(),
+                        batch_id: b,
+                        lines: (0..1000).map(|i| line(b * 1000 + i, &text)).collect(),
+                        ..Default::default()
+                    })
                     .collect();
                 let mut acks = client.ship_logs(tokio_stream::iter(batches)).await.expect("ShipLogs").into_inner();
                 for _ in 0..2 {

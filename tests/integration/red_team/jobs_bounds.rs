@@ -48,7 +48,14 @@ fn a_huge_world_size_or_host_name_costs_nothing_much() {
     let server = Served::start();
     runtime().block_on(async {
         let mut client = ingest(&server.grpc_url).await;
-        let huge = v1::OpenSessionRequest { job_id: "rt-world".into(), rank: Some(0), world_size: Some(1 << 20), host: "node-a".into(), agent_instance: "a".into(), ..Default::default() };
+        let huge = v1::OpenSessionRequest {
+            job_id: "rt-world".into(),
+            rank: Some(0),
+            world_size: Some(1 << 20),
+            host: "node-a".into(),
+            agent_instance: "a".into(),
+            ..Default::default()
+        };
         client.open_session(huge).await.expect("the session opens");
         let long = v1::OpenSessionRequest { job_id: "rt-world".into(), rank: Some(1), world_size: Some(2), host: "h".repeat(50 << 20), ..Default::default() };
         let e = client.open_session(long).await.expect_err("a 50 MiB host name");

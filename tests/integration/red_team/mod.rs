@@ -34,7 +34,13 @@ pub async fn session(client: &mut IngestClient<Channel>, job: &str, rank: u32, w
 }
 
 pub fn line(seq: u64, text: &[u8]) -> v1::LogLine {
-    v1::LogLine { seq, capture_ns: 1_700_000_000_000_000_000 + seq as i64 * 1000, stream: v1::StreamKind::Stdout as i32, raw: text.to_vec(), ..Default::default() }
+    v1::LogLine {
+        seq,
+        capture_ns: 1_700_000_000_000_000_000 + seq as i64 * 1000,
+        stream: v1::StreamKind::Stdout as i32,
+        raw: text.to_vec(),
+        ..Default::default()
+    }
 }
 
 /// Ships `lines` in batches of `per_batch` on one stream and waits for every acknowledgement.

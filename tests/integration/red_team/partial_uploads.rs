@@ -25,7 +25,8 @@ fn partial_uploads_stop_at_the_quota_and_expire() {
         let mut refused = None;
         let started = Instant::now();
         for i in 0..64u32 {
-            let header = v1::SnapshotHeader { kind: "core".into(), name: format!("core/core.{i}"), size: 4 << 20, sha256: format!("{i:064x}"), ..Default::default() };
+            let header =
+                v1::SnapshotHeader { kind: "core".into(), name: format!("core/core.{i}"), size: 4 << 20, sha256: format!("{i:064x}"), ..Default::default() };
             let chunks: Vec<v1::SnapshotChunk> = (0..3u64)
                 .map(|k| v1::SnapshotChunk { session_id: s.clone(), header: (k == 0).then(|| header.clone()), offset: k << 20, data: mb.clone(), last: false })
                 .collect();

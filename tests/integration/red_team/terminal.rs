@@ -29,7 +29,13 @@ fn no_cli_output_holds_a_raw_escape() {
         let mut client = ingest(&server.grpc_url).await;
         // The door: a host name or snapshot kind with control characters is refused.
         let bad_host = client
-            .open_session(v1::OpenSessionRequest { job_id: "rt-term".into(), rank: Some(0), world_size: Some(2), host: format!("node{CLEAR}"), ..Default::default() })
+            .open_session(v1::OpenSessionRequest {
+                job_id: "rt-term".into(),
+                rank: Some(0),
+                world_size: Some(2),
+                host: format!("node{CLEAR}"),
+                ..Default::default()
+            })
             .await
             .expect_err("a host name with an escape sequence");
         assert_eq!(bad_host.code(), tonic::Code::InvalidArgument, "{bad_host:?}");
@@ -46,7 +52,13 @@ fn no_cli_output_holds_a_raw_escape() {
         let status = client
             .snapshot_status(v1::SnapshotStatusRequest {
                 session_id: s0.clone(),
-                header: Some(v1::SnapshotHeader { kind: format!("stack{TITLE}"), name: "x/stack.txt".into(), sha256: "ab".repeat(32), size: 1, ..Default::default() }),
+                header: Some(v1::SnapshotHeader {
+                    kind: format!("stack{TITLE}"),
+                    name: "x/stack.txt".into(),
+                    sha256: "ab".repeat(32),
+                    size: 1,
+                    ..Default::default()
+                }),
             })
             .await
             .expect_err("a snapshot kind with an escape sequence");

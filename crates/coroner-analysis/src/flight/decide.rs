@@ -75,10 +75,12 @@ pub fn scan(pg: &PgId, group: &Group<'_>) -> Scan {
             .filter_map(|(r, l)| l.units.get(&seq).map(|u| (**r, u)))
             .map(|(r, u)| u.site.clone().map(|s| (r, s)))
             .collect::<Option<Vec<_>>>()
-            .map(|v| v.into_iter().fold(BTreeMap::new(), |mut m: Classes, (r, s)| {
-                m.entry(Some(s)).or_default().push(r);
-                m
-            }));
+            .map(|v| {
+                v.into_iter().fold(BTreeMap::new(), |mut m: Classes, (r, s)| {
+                    m.entry(Some(s)).or_default().push(r);
+                    m
+                })
+            });
         if let Some(sites) = sites.filter(|s| s.len() > 1) {
             let key = |u: &Unit<'_>| u.site.clone().map(|s| format!("{}@{s}", u.what));
             let d = decide(pg, group, seq, &sites, "call site", key);
@@ -99,12 +101,19 @@ fn decide(pg: &PgId, group: &Group<'_>, seq: u64, classes: &Classes, differs: &'
     let mut d = decide_here(pg, group, seq, classes, differs, key);
     // Ranks that never issued it because they wait in another group's collective are not stuck
     // here: that group decides.
-    let blocked: Vec<String> = d.culprits.iter().filter_map(|r| group.lanes.get(r)?.blocked_in.as_ref()).map(|(g, s)| format!("{} of process group {g}", seq_word(*s))).collect();
+    let blocked: Vec<String> =
+        d.culprits.iter().filter_map(|r| group.lanes.get(r)?.blocked_in.as_ref()).map(|(g, s)| format!("{} of process group {g}", seq_word(*s))).collect();
     if d.rule == Some(FrRule::NeverIssued) && !blocked.is_empty() && blocked.len() == d.culprits.len() {
         let mut places = blocked;
         places.sort();
         places.dedup();
-        d.summary = format!("{} of process group {pg}: {} never issued it, but wait{} in {} (blocked there)", seq_word(seq), who(&d.culprits), if d.culprits.len() == 1 { "s" } else { "" }, places.join(", "));
+        d.summary = format!(
+            "{} of process group {pg}: {} never issued it, but wait{} in {} (blocked there)",
+            seq_word(seq),
+            who(&d.culprits),
+            if d.culprits.len() == 1 { "s" } else { "" },
+            places.join(", ")
+        );
         d.rule = None;
         d.candidates = std::mem::take(&mut d.culprits);
         d.confidence = 0.0;
@@ -202,7 +211,11 @@ fn decide_here(pg: &PgId, group: &Group<'_>, seq: u64, classes: &Classes, differ
     d.summary = format!(
         "{} of process group {pg}: the ranks part ({differs}: {}), and no rule decides who{}",
         seq_word(seq),
-        classes.iter().map(|(k, v)| format!("{} {}", who(v), if k.is_none() { "never issued it".to_string() } else { describe(group, seq, v) })).collect::<Vec<_>>().join("; "),
+        classes
+            .iter()
+            .map(|(k, v)| format!("{} {}", who(v), if k.is_none() { "never issued it".to_string() } else { describe(group, seq, v) }))
+            .collect::<Vec<_>>()
+            .join("; "),
         if unknown.is_empty() { String::new() } else { format!("; the dumps of {} would decide", who(&unknown)) },
     );
     d

@@ -62,9 +62,10 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
         }
         // The ranks that dumped are cleared only if each issued what it always issues there: a
         // lone dump of the culprit agrees with itself.
-        let usual = stop.waiting.iter().all(|r| {
-            group.lanes.get(r).is_some_and(|l| precedent(l, seq, |u: &Unit<'_>| Some(format!("{}@{:?}", u.what, u.site))) == Precedent::Familiar)
-        });
+        let usual = stop
+            .waiting
+            .iter()
+            .all(|r| group.lanes.get(r).is_some_and(|l| precedent(l, seq, |u: &Unit<'_>| Some(format!("{}@{:?}", u.what, u.site))) == Precedent::Familiar));
         if !usual {
             continue;
         }
@@ -83,9 +84,13 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
             seq: Some(seq_word(seq)),
         };
         if let [m] = first.as_slice() {
-            return Some(verdict(vec![*m], Vec::new(), Some(FrRule::DiedBeforeItDumped), 0.85, format!(
-                "{at}: {waiting} issued {op} and {wait} in it; rank {m} left no dump, and its log says it failed first (died before it dumped)"
-            )));
+            return Some(verdict(
+                vec![*m],
+                Vec::new(),
+                Some(FrRule::DiedBeforeItDumped),
+                0.85,
+                format!("{at}: {waiting} issued {op} and {wait} in it; rank {m} left no dump, and its log says it failed first (died before it dumped)"),
+            ));
         }
         match gone.as_slice() {
             [m] => match input.fates.get(m) {
@@ -96,16 +101,28 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
                         Some(Fate::EndedBadly) => "ended with a failure status its log does not explain",
                         _ => "failed after another rank",
                     };
-                    unknown.get_or_insert_with(|| verdict(Vec::new(), vec![*m], None, 0.0, format!(
-                        "{at}: {waiting} issued {op} and {wait} in it; rank {m} left no dump and {how}, so whether it held them up is unknown"
-                    )));
+                    unknown.get_or_insert_with(|| {
+                        verdict(
+                            Vec::new(),
+                            vec![*m],
+                            None,
+                            0.0,
+                            format!("{at}: {waiting} issued {op} and {wait} in it; rank {m} left no dump and {how}, so whether it held them up is unknown"),
+                        )
+                    });
                 }
                 // One dump agrees with itself, and may be older than the rank's last step (a rank
                 // that died before its last dump reached the disk): it clears nobody.
                 _ if stop.waiting.len() < 2 => {
-                    unknown.get_or_insert_with(|| verdict(Vec::new(), vec![*m], None, 0.0, format!(
-                        "{at}: {waiting} issued {op} and waits in it; rank {m} left no dump, and one dump alone cannot clear its own rank"
-                    )));
+                    unknown.get_or_insert_with(|| {
+                        verdict(
+                            Vec::new(),
+                            vec![*m],
+                            None,
+                            0.0,
+                            format!("{at}: {waiting} issued {op} and waits in it; rank {m} left no dump, and one dump alone cannot clear its own rank"),
+                        )
+                    });
                 }
                 _ => {
                     return Some(verdict(vec![*m], Vec::new(), Some(FrRule::OnlyRankWithoutADump), 0.6, format!(
@@ -114,10 +131,15 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
                 }
             },
             many => {
-                unknown.get_or_insert_with(|| verdict(Vec::new(), many.to_vec(), None, 0.0, format!(
-                    "{at}: {waiting} issued {op} and {wait} in it; {} left no dump, and nothing tells which held them up",
-                    who(many)
-                )));
+                unknown.get_or_insert_with(|| {
+                    verdict(
+                        Vec::new(),
+                        many.to_vec(),
+                        None,
+                        0.0,
+                        format!("{at}: {waiting} issued {op} and {wait} in it; {} left no dump, and nothing tells which held them up", who(many)),
+                    )
+                });
             }
         }
     }
@@ -127,7 +149,13 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
 /// A confident flight recorder answer as the job's diagnosis. Answers from progress alone (who
 /// never issued, who came late) count only once the job is over or a rank failed: a running
 /// job's dumps are taken at different moments.
-pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Option<Diagnosis<'a>> {
+pub fn diagnosis<'a>(
+    flight: Option<&FlightRecorderReport>,
+    evidence: &'a JobEvidence,
+    job: &ClassifiedJob<'a>,
+    rules: &'a RuleSet,
+    clock: &ClockModel,
+) -> Option<Diagnosis<'a>> {
     let v = &flight?.verdict;
     let rule = v.rule?;
     if v.culprits.is_empty() || v.confidence < CONFIDENT {
@@ -155,13 +183,8 @@ pub fn diagnosis<'a>(flight: Option<&FlightRecorderReport>, evidence: &'a JobEvi
         _ => None,
     };
     // The culprits' own last words: their last event and their last progress line.
-    let events = v
-        .culprits
-        .iter()
-        .filter_map(|r| evidence.ranks.get(r))
-        .flat_map(|ev| ev.events.last().into_iter().chain(ev.last_step.as_ref()))
-        .take(4)
-        .collect();
+    let events =
+        v.culprits.iter().filter_map(|r| evidence.ranks.get(r)).flat_map(|ev| ev.events.last().into_iter().chain(ev.last_step.as_ref())).take(4).collect();
     Some(Diagnosis {
         verdict: Verdict::Failed,
         first: Some(FirstFinding {

@@ -14,9 +14,9 @@ mod job;
 mod lanes;
 #[cfg(test)]
 mod prop_tests;
-pub mod text;
 #[cfg(test)]
 mod tests;
+pub mod text;
 mod timing;
 mod view;
 
@@ -164,7 +164,13 @@ fn when(group: &lanes::Group<'_>, d: &Decision, clocks: &Clocks) -> Option<i64> 
     group.lanes.iter().filter_map(|(r, l)| clocks.aligned(*r, l.units.get(&d.seq)?.created_ns()?)).min()
 }
 
-fn verdict(mut decided: Vec<(Decision, Option<i64>)>, undecided: Vec<Decision>, groups: &BTreeMap<PgId, lanes::Group<'_>>, missing: &[Rank], input: &FlightInput<'_>) -> FrVerdict {
+fn verdict(
+    mut decided: Vec<(Decision, Option<i64>)>,
+    undecided: Vec<Decision>,
+    groups: &BTreeMap<PgId, lanes::Group<'_>>,
+    missing: &[Rank],
+    input: &FlightInput<'_>,
+) -> FrVerdict {
     // The earliest divergence in time decides; without times, the surest.
     decided.sort_by(|(a, ta), (b, tb)| match (ta, tb) {
         (Some(x), Some(y)) if x != y => x.cmp(y),
@@ -182,7 +188,15 @@ fn verdict(mut decided: Vec<(Decision, Option<i64>)>, undecided: Vec<Decision>, 
         };
     }
     if let Some(d) = undecided.into_iter().next() {
-        return FrVerdict { culprits: Vec::new(), candidates: d.candidates, rule: None, confidence: 0.0, summary: d.summary, pg: Some(d.pg.0), seq: Some(decide::seq_word(d.seq)) };
+        return FrVerdict {
+            culprits: Vec::new(),
+            candidates: d.candidates,
+            rule: None,
+            confidence: 0.0,
+            summary: d.summary,
+            pg: Some(d.pg.0),
+            seq: Some(decide::seq_word(d.seq)),
+        };
     }
     job::missing_dump_verdict(groups, missing, input).unwrap_or_else(|| FrVerdict {
         culprits: Vec::new(),
@@ -221,11 +235,17 @@ fn cannot_say(dumps: &BTreeMap<Rank, &FrDump>, missing: &[Rank], input: &FlightI
         out.push("no entry has start or completion times (gloo records none; NCCL only with TORCH_NCCL_ENABLE_TIMING): whether an operation ran is read from its state and retirement".to_string());
     }
     if input.clocks.raw {
-        out.push("entry times are compared as each host's clock wrote them (no clock offsets without logs): across hosts, straggler times may be skewed".to_string());
+        out.push(
+            "entry times are compared as each host's clock wrote them (no clock offsets without logs): across hosts, straggler times may be skewed".to_string(),
+        );
     }
     let dropped: Vec<Rank> = dumps.iter().filter(|(_, d)| d.dropped > 0).map(|(r, _)| *r).collect();
     if !dropped.is_empty() {
-        out.push(format!("{}: older entries were left out (only the newest {} per group are kept), so an earlier divergence would not be seen", who(&dropped), coroner_model::MAX_OPS_PER_GROUP));
+        out.push(format!(
+            "{}: older entries were left out (only the newest {} per group are kept), so an earlier divergence would not be seen",
+            who(&dropped),
+            coroner_model::MAX_OPS_PER_GROUP
+        ));
     }
     if dumps.values().flat_map(|d| &d.ops).any(|o| o.is_p2p()) {
         out.push("point-to-point operations are listed but not matched across ranks".to_string());

@@ -35,8 +35,8 @@ struct Case {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (2u32..=6, prop::collection::vec((0usize..3, 1i64..5, 10u32..20), 1..4), 2u64..5, any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..5).prop_map(
-        |(world, pattern, steps, at, culprit, how)| {
+    (2u32..=6, prop::collection::vec((0usize..3, 1i64..5, 10u32..20), 1..4), 2u64..5, any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..5)
+        .prop_map(|(world, pattern, steps, at, culprit, how)| {
             let pattern: Vec<(usize, i64, u32)> = pattern.into_iter().enumerate().map(|(i, (op, n, line))| (op, n * 256, line * 10 + i as u32)).collect();
             Case {
                 world,
@@ -46,8 +46,7 @@ fn case() -> impl Strategy<Value = Case> {
                 culprit: culprit.index(world as usize) as u32,
                 how: [Injected::Size, Injected::Op, Injected::Extra, Injected::CallSite, Injected::Skip][how],
             }
-        },
-    )
+        })
 }
 
 fn dumps(c: &Case) -> BTreeMap<Rank, FrDump> {

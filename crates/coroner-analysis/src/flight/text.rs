@@ -70,7 +70,21 @@ fn table(out: &mut String, entries: &[FrEntryView]) -> std::fmt::Result {
     let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
     let w: Vec<usize> = (0..5).map(width).collect();
     for r in &rows {
-        writeln!(out, "    {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:<w4$}  {}", r[0], r[1], r[2], r[3], r[4], r[5], w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4])?;
+        writeln!(
+            out,
+            "    {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:<w4$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4]
+        )?;
     }
     Ok(())
 }

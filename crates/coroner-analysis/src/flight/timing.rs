@@ -20,7 +20,8 @@ pub fn stop(pg: &PgId, group: &Group<'_>) -> Option<(u64, FrStop)> {
         let units = || group.lanes.values().filter_map(|l| l.units.get(s));
         units().any(|u| !u.done()) && !units().any(|u| u.done())
     })?;
-    let mut stop = FrStop { pg: pg.0.clone(), seq: seq_word(seq), op: group_op(group, seq), waiting: Vec::new(), never_issued: Vec::new(), unknown: Vec::new() };
+    let mut stop =
+        FrStop { pg: pg.0.clone(), seq: seq_word(seq), op: group_op(group, seq), waiting: Vec::new(), never_issued: Vec::new(), unknown: Vec::new() };
     for r in &group.members {
         match group.lanes.get(r) {
             Some(l) if l.units.get(&seq).is_some_and(|u| !u.done()) => stop.waiting.push(*r),

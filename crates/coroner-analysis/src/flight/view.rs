@@ -37,7 +37,11 @@ fn entry(group: &Group<'_>, seq: u64, rank: Rank, clocks: &Clocks) -> FrEntryVie
     let join = |f: &dyn Fn(&coroner_model::FrOp) -> String| u.ops.iter().map(|o| f(o)).collect::<Vec<_>>().join(" + ");
     let state = {
         let s = u.ops.iter().map(|o| o.state).min().map(|s| s.as_str()).unwrap_or("");
-        if u.ops.iter().all(|o| o.retired) && s != "completed" { format!("{s}, retired") } else { s.to_string() }
+        if u.ops.iter().all(|o| o.retired) && s != "completed" {
+            format!("{s}, retired")
+        } else {
+            s.to_string()
+        }
     };
     FrEntryView {
         rank,

@@ -202,11 +202,7 @@ impl LiveMonitor {
             }
         }
         let most = votes.values().map(|v| v.0).max()?;
-        votes
-            .into_iter()
-            .filter(|(_, (n, _))| n * 2 >= most)
-            .max_by(|a, b| (a.1 .1, a.1 .0).cmp(&(b.1 .1, b.1 .0)).then(b.0.cmp(&a.0)))
-            .map(|(k, _)| k)
+        votes.into_iter().filter(|(_, (n, _))| n * 2 >= most).max_by(|a, b| (a.1 .1, a.1 .0).cmp(&(b.1 .1, b.1 .0)).then(b.0.cmp(&a.0))).map(|(k, _)| k)
     }
 
     /// The ranks suspected of hanging at `now` (same clock as the lines' capture times).
@@ -214,13 +210,8 @@ impl LiveMonitor {
     /// every few hundred milliseconds on a large job.
     pub fn evaluate(&self, now: Nanos) -> Vec<SuspectedHang> {
         let Some((template, _)) = self.job_template() else { return Vec::new() };
-        let views: Vec<View<'_>> = self
-            .ranks
-            .iter()
-            .filter(|(_, r)| !r.ended)
-            .filter_map(|(rank, r)| self.view(*rank, r, template))
-            .filter(|v| v.median.is_some())
-            .collect();
+        let views: Vec<View<'_>> =
+            self.ranks.iter().filter(|(_, r)| !r.ended).filter_map(|(rank, r)| self.view(*rank, r, template)).filter(|v| v.median.is_some()).collect();
         if views.len() < 2 {
             return Vec::new();
         }
@@ -328,11 +319,8 @@ impl LiveMonitor {
         }
         // Since when most others have been past this rank's step: a rank whose next line is merely
         // a few milliseconds later than theirs (after a pause every rank took) is not behind.
-        let mut passed: Vec<Nanos> = views
-            .iter()
-            .filter(|p| p.step > v.step)
-            .map(|p| p.progress.seen.iter().find(|s| s.2 > v.step).map_or(Nanos::MIN, |s| s.1))
-            .collect();
+        let mut passed: Vec<Nanos> =
+            views.iter().filter(|p| p.step > v.step).map(|p| p.progress.seen.iter().find(|s| s.2 > v.step).map_or(Nanos::MIN, |s| s.1)).collect();
         passed.sort_unstable();
         // ahead > peers / 2, so this is in range: when the majority of the peers had passed.
         let majority_passed = passed[peers / 2];

@@ -53,7 +53,11 @@ fn replay(mut script: Script, config: LiveConfig, until: Nanos) -> (Vec<(u32, Na
 fn a_rank_left_behind_is_suspected_after_the_threshold_and_not_before() {
     // 4 ranks, one step a second; rank 2 stops after step 9, the others go on to step 29.
     let mut s = steady(4, 10 * S, S, 30);
-    s.retain(|(_, r, t)| !(*r == 2 && t.contains("step ") && t.split("step ").nth(1).and_then(|x| x.split(' ').next()).and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n >= 10)));
+    s.retain(|(_, r, t)| {
+        !(*r == 2
+            && t.contains("step ")
+            && t.split("step ").nth(1).and_then(|x| x.split(' ').next()).and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n >= 10))
+    });
     let (first, last) = replay(s, LiveConfig::default(), 45 * S);
     assert_eq!(first.len(), 1, "{first:?}");
     let (rank, at) = first[0];
@@ -247,7 +251,6 @@ fn one_rank_of_two_thousand_stuck_apart_is_found() {
     assert_eq!(found.iter().map(|f| f.rank).collect::<Vec<_>>(), vec![Rank(1234)]);
     assert_eq!(found[0].peers_step, Some(5));
 }
-
 
 /// Found by fuzzing the ingest messages: capture times from the wire at the ends of the range
 /// overflowed the step intervals, the silence and the pause arithmetic (a panic in debug builds).

@@ -16,9 +16,7 @@ where
 {
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("meta.db").display());
-    let store = connect(&url)
-        .await
-        .context("open a temporary SQLite store")?;
+    let store = connect(&url).await.context("open a temporary SQLite store")?;
     case(store).await
 }
 
@@ -26,30 +24,15 @@ const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 fn unique_db_name() -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "coroner_test_{}_{}_{}",
-        std::process::id(),
-        nanos,
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("coroner_test_{}_{}_{}", std::process::id(), nanos, COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The admin URL with its database name replaced.
 fn url_for_db(admin_url: &str, db: &str) -> Result<String> {
-    let (base, query) = admin_url
-        .split_once('?')
-        .map_or((admin_url, None), |(b, q)| (b, Some(q)));
-    let scheme_end = base
-        .find("://")
-        .context("the PostgreSQL URL has no scheme")?
-        + 3;
-    let host_end = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
+    let (base, query) = admin_url.split_once('?').map_or((admin_url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").context("the PostgreSQL URL has no scheme")? + 3;
+    let host_end = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
     let mut url = format!("{}/{db}", &base[..host_end]);
     if let Some(q) = query {
         url = format!("{url}?{q}");
@@ -62,8 +45,7 @@ where
     F: FnOnce(Arc<dyn Metastore>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<()>> + Send,
 {
-    let admin_url = std::env::var("CORONER_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let admin_url = std::env::var("CORONER_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
     let mut admin = match PgConnection::connect(&admin_url).await {
         Ok(conn) => conn,
         Err(e) if std::env::var("CORONER_SKIP_POSTGRES").is_ok_and(|v| v == "1") => {
@@ -76,23 +58,15 @@ where
         ),
     };
     let db = unique_db_name();
-    sqlx::query(&format!("CREATE DATABASE {db}"))
-        .execute(&mut admin)
-        .await
-        .with_context(|| format!("create the test database {db}"))?;
+    sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut admin).await.with_context(|| format!("create the test database {db}"))?;
     // Run the case in its own task so that a failed assertion still lets us drop the database.
     let url = url_for_db(&admin_url, &db)?;
     let outcome = tokio::spawn(async move {
-        let store = connect(&url)
-            .await
-            .context("connect to the test database")?;
+        let store = connect(&url).await.context("connect to the test database")?;
         case(store).await
     })
     .await;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await
-        .with_context(|| format!("drop the test database {db}"))?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&mut admin).await.with_context(|| format!("drop the test database {db}"))?;
     match outcome {
         Ok(result) => result,
         Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),

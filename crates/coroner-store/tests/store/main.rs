@@ -89,16 +89,10 @@ mod single_backend {
 
     #[tokio::test]
     async fn an_unopenable_sqlite_path_says_what_to_check() {
-        let err = connect("sqlite:/nonexistent-dir/sub/meta.db")
-            .await
-            .err()
-            .expect("must fail");
+        let err = connect("sqlite:/nonexistent-dir/sub/meta.db").await.err().expect("must fail");
         assert!(matches!(err, StoreError::OpenSqlite { .. }), "{err:?}");
         let msg = err.to_string();
-        assert!(
-            msg.contains("cannot open the database at sqlite:/nonexistent-dir/sub/meta.db"),
-            "{msg}"
-        );
+        assert!(msg.contains("cannot open the database at sqlite:/nonexistent-dir/sub/meta.db"), "{msg}");
         assert!(msg.contains("check the path and permissions"), "{msg}");
     }
 
@@ -106,24 +100,15 @@ mod single_backend {
     async fn unknown_schemes_are_refused() {
         let err = connect("mysql://u:pw@h/db").await.err().expect("must fail");
         assert!(matches!(err, StoreError::BadUrl(_)), "{err:?}");
-        assert!(
-            !err.to_string().contains("pw"),
-            "the password is masked: {err}"
-        );
+        assert!(!err.to_string().contains("pw"), "the password is masked: {err}");
     }
 
     #[tokio::test]
     async fn an_unreachable_postgres_says_so_without_the_password() {
-        let err = connect("postgres://u:secret@127.0.0.1:1/db")
-            .await
-            .err()
-            .expect("must fail");
+        let err = connect("postgres://u:secret@127.0.0.1:1/db").await.err().expect("must fail");
         assert!(matches!(err, StoreError::ConnectPostgres { .. }), "{err:?}");
         let msg = err.to_string();
-        assert!(
-            msg.contains("cannot connect to PostgreSQL at postgres://u:***@127.0.0.1:1/db"),
-            "{msg}"
-        );
+        assert!(msg.contains("cannot connect to PostgreSQL at postgres://u:***@127.0.0.1:1/db"), "{msg}");
         assert!(!msg.contains("secret"), "{msg}");
     }
 }

@@ -27,22 +27,13 @@ fn session(id: &str, job_id: &JobId, rank: Option<u32>, opened_ns: i64) -> Sessi
         pid: 4242 + rank.unwrap_or(0),
         launcher: "torchrun".to_string(),
         agent_instance: "agent-1".to_string(),
-        versions: BTreeMap::from([
-            ("torch".to_string(), "2.5.1".to_string()),
-            ("nccl".to_string(), "2.21.5".to_string()),
-        ]),
+        versions: BTreeMap::from([("torch".to_string(), "2.5.1".to_string()), ("nccl".to_string(), "2.21.5".to_string())]),
         opened_ns,
     }
 }
 
 fn sample(rank: u32, t1: i64) -> ClockSample {
-    ClockSample {
-        rank: Rank(rank),
-        t1_agent_send: t1,
-        t2_server_recv: t1 + 7,
-        t3_server_send: t1 + 8,
-        t4_agent_recv: t1 + 3,
-    }
+    ClockSample { rank: Rank(rank), t1_agent_send: t1, t2_server_recv: t1 + 7, t3_server_send: t1 + 8, t4_agent_recv: t1 + 3 }
 }
 
 fn snapshot(job_id: &JobId, rank: Option<u32>, name: &str, sha: &str) -> SnapshotRecord {
@@ -63,23 +54,14 @@ pub async fn touch_job_creates_then_only_widens(store: Store) -> Result<()> {
     assert_eq!(store.get_job(&j).await?, None);
     store.touch_job(&j, None, 100).await?;
     let row = store.get_job(&j).await?.expect("job exists");
-    assert_eq!(
-        (row.first_seen_ns, row.last_seen_ns, row.world_size),
-        (100, 100, None)
-    );
-    assert_eq!(
-        (row.verdict.as_str(), row.lines, row.culprit_rank),
-        ("running", 0, None)
-    );
+    assert_eq!((row.first_seen_ns, row.last_seen_ns, row.world_size), (100, 100, None));
+    assert_eq!((row.verdict.as_str(), row.lines, row.culprit_rank), ("running", 0, None));
     assert_eq!((row.fault_class, row.report_json), (None, None));
     store.touch_job(&j, Some(8), 50).await?;
     store.touch_job(&j, Some(4), 200).await?;
     store.touch_job(&j, None, 150).await?;
     let row = store.get_job(&j).await?.expect("job exists");
-    assert_eq!(
-        (row.first_seen_ns, row.last_seen_ns, row.world_size),
-        (50, 200, Some(8))
-    );
+    assert_eq!((row.first_seen_ns, row.last_seen_ns, row.world_size), (50, 200, Some(8)));
     Ok(())
 }
 
@@ -88,22 +70,12 @@ pub async fn sessions_round_trip_and_reopen_replaces(store: Store) -> Result<()>
     store.touch_job(&j, Some(16), 1).await?;
     let s1 = session("s-b", &j, Some(1), 20);
     let s0 = session("s-a", &j, Some(0), 10);
-    let launcher = SessionRecord {
-        versions: BTreeMap::new(),
-        ..session("s-c", &j, None, 30)
-    };
+    let launcher = SessionRecord { versions: BTreeMap::new(), ..session("s-c", &j, None, 30) };
     for s in [&s1, &s0, &launcher] {
         store.open_session(s).await?;
     }
-    assert_eq!(
-        store.sessions(&j).await?,
-        vec![s0.clone(), s1.clone(), launcher.clone()]
-    );
-    let s1_again = SessionRecord {
-        pid: 7,
-        opened_ns: 40,
-        ..s1.clone()
-    };
+    assert_eq!(store.sessions(&j).await?, vec![s0.clone(), s1.clone(), launcher.clone()]);
+    let s1_again = SessionRecord { pid: 7, opened_ns: 40, ..s1.clone() };
     store.open_session(&s1_again).await?;
     assert_eq!(store.sessions(&j).await?, vec![s0, launcher, s1_again]);
     assert!(store.sessions(&job("nobody")).await?.is_empty());
@@ -114,48 +86,21 @@ pub async fn clock_samples_keep_rank_then_arrival_order(store: Store) -> Result<
     let j = job("clock-1");
     store.touch_job(&j, None, 1).await?;
     store.add_clock_samples(&j, &[]).await?;
-    store
-        .add_clock_samples(&j, &[sample(1, 300), sample(0, 500)])
-        .await?;
-    store
-        .add_clock_samples(&j, &[sample(1, 100), sample(0, -5)])
-        .await?;
+    store.add_clock_samples(&j, &[sample(1, 300), sample(0, 500)]).await?;
+    store.add_clock_samples(&j, &[sample(1, 100), sample(0, -5)]).await?;
     let got = store.clock_samples(&j).await?;
-    assert_eq!(
-        got,
-        vec![
-            sample(0, 500),
-            sample(0, -5),
-            sample(1, 300),
-            sample(1, 100)
-        ]
-    );
+    assert_eq!(got, vec![sample(0, 500), sample(0, -5), sample(1, 300), sample(1, 100)]);
     Ok(())
 }
 
 pub async fn process_ends_upsert_per_rank(store: Store) -> Result<()> {
     let j = job("exit-1");
     store.touch_job(&j, None, 1).await?;
-    let e3 = ProcessEnd {
-        rank: Rank(3),
-        exit_code: None,
-        signal: Some(9),
-        at_ns: Some(77),
-    };
-    let e0 = ProcessEnd {
-        rank: Rank(0),
-        exit_code: Some(1),
-        signal: None,
-        at_ns: None,
-    };
+    let e3 = ProcessEnd { rank: Rank(3), exit_code: None, signal: Some(9), at_ns: Some(77) };
+    let e0 = ProcessEnd { rank: Rank(0), exit_code: Some(1), signal: None, at_ns: None };
     store.record_exit(&j, &e3).await?;
     store.record_exit(&j, &e0).await?;
-    let e0_later = ProcessEnd {
-        rank: Rank(0),
-        exit_code: Some(-15),
-        signal: None,
-        at_ns: Some(90),
-    };
+    let e0_later = ProcessEnd { rank: Rank(0), exit_code: Some(-15), signal: None, at_ns: Some(90) };
     store.record_exit(&j, &e0_later).await?;
     assert_eq!(store.process_ends(&j).await?, vec![e0_later, e3]);
     Ok(())
@@ -166,21 +111,10 @@ pub async fn lines_and_report_update_the_job(store: Store) -> Result<()> {
     store.touch_job(&j, Some(2), 1).await?;
     store.add_lines_count(&j, 10).await?;
     store.add_lines_count(&j, 32).await?;
-    store
-        .save_report(
-            &j,
-            "failed",
-            Some(Rank(1)),
-            Some("nccl_timeout"),
-            "{\"v\":1}",
-        )
-        .await?;
+    store.save_report(&j, "failed", Some(Rank(1)), Some("nccl_timeout"), "{\"v\":1}").await?;
     let row = store.get_job(&j).await?.expect("job exists");
     assert_eq!(row.lines, 42);
-    assert_eq!(
-        (row.verdict.as_str(), row.culprit_rank),
-        ("failed", Some(Rank(1)))
-    );
+    assert_eq!((row.verdict.as_str(), row.culprit_rank), ("failed", Some(Rank(1))));
     assert_eq!(row.fault_class.as_deref(), Some("nccl_timeout"));
     assert_eq!(row.report_json.as_deref(), Some("{\"v\":1}"));
     store.save_report(&j, "succeeded", None, None, "{}").await?;
@@ -190,46 +124,24 @@ pub async fn lines_and_report_update_the_job(store: Store) -> Result<()> {
 }
 
 pub async fn list_jobs_filters_newest_first(store: Store) -> Result<()> {
-    for (name, seen, verdict, class) in [
-        ("list-a", 100, "failed", Some("oom")),
-        ("list-b", 300, "failed", Some("nccl_timeout")),
-        ("list-c", 200, "running", None),
-    ] {
+    for (name, seen, verdict, class) in
+        [("list-a", 100, "failed", Some("oom")), ("list-b", 300, "failed", Some("nccl_timeout")), ("list-c", 200, "running", None)]
+    {
         let j = job(name);
         store.touch_job(&j, None, seen).await?;
         if verdict != "running" {
             store.save_report(&j, verdict, None, class, "{}").await?;
         }
     }
-    let names = |rows: Vec<coroner_store::JobRow>| {
-        rows.into_iter()
-            .map(|r| r.job_id.to_string())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(
-        names(store.list_jobs(&JobFilter::default()).await?),
-        ["list-b", "list-c", "list-a"]
-    );
-    let failed = JobFilter {
-        verdict: Some("failed".into()),
-        ..Default::default()
-    };
+    let names = |rows: Vec<coroner_store::JobRow>| rows.into_iter().map(|r| r.job_id.to_string()).collect::<Vec<_>>();
+    assert_eq!(names(store.list_jobs(&JobFilter::default()).await?), ["list-b", "list-c", "list-a"]);
+    let failed = JobFilter { verdict: Some("failed".into()), ..Default::default() };
     assert_eq!(names(store.list_jobs(&failed).await?), ["list-b", "list-a"]);
-    let oom = JobFilter {
-        fault_class: Some("oom".into()),
-        ..Default::default()
-    };
+    let oom = JobFilter { fault_class: Some("oom".into()), ..Default::default() };
     assert_eq!(names(store.list_jobs(&oom).await?), ["list-a"]);
-    let recent = JobFilter {
-        since_ns: Some(200),
-        ..Default::default()
-    };
+    let recent = JobFilter { since_ns: Some(200), ..Default::default() };
     assert_eq!(names(store.list_jobs(&recent).await?), ["list-b", "list-c"]);
-    let none = JobFilter {
-        verdict: Some("running".into()),
-        since_ns: Some(250),
-        ..Default::default()
-    };
+    let none = JobFilter { verdict: Some("running".into()), since_ns: Some(250), ..Default::default() };
     assert!(store.list_jobs(&none).await?.is_empty());
     Ok(())
 }
@@ -239,22 +151,12 @@ pub async fn snapshots_are_deduplicated(store: Store) -> Result<()> {
     store.touch_job(&j, None, 1).await?;
     let a = snapshot(&j, Some(2), "stack.txt", "aa");
     assert!(store.add_snapshot(&a).await?);
-    assert!(
-        !store
-            .add_snapshot(&SnapshotRecord {
-                captured_ns: 5,
-                ..a.clone()
-            })
-            .await?
-    );
+    assert!(!store.add_snapshot(&SnapshotRecord { captured_ns: 5, ..a.clone() }).await?);
     let other_rank = snapshot(&j, Some(3), "stack.txt", "aa");
     assert!(store.add_snapshot(&other_rank).await?);
     let no_rank = snapshot(&j, None, "nvidia-smi.txt", "bb");
     assert!(store.add_snapshot(&no_rank).await?);
-    assert!(
-        !store.add_snapshot(&no_rank).await?,
-        "a snapshot without a rank is deduplicated too"
-    );
+    assert!(!store.add_snapshot(&no_rank).await?, "a snapshot without a rank is deduplicated too");
     assert_eq!(store.snapshots(&j).await?, vec![no_rank, a, other_rank]);
     let mut contents = store.snapshot_contents().await?;
     contents.sort();
@@ -265,27 +167,13 @@ pub async fn snapshots_are_deduplicated(store: Store) -> Result<()> {
 pub async fn unknown_jobs_are_refused_clearly(store: Store) -> Result<()> {
     let j = job("never-touched");
     let unknown = |r: Result<(), StoreError>| matches!(r, Err(StoreError::UnknownJob(ref id)) if id == "never-touched");
-    assert!(unknown(
-        store.open_session(&session("s-x", &j, Some(0), 1)).await
-    ));
+    assert!(unknown(store.open_session(&session("s-x", &j, Some(0), 1)).await));
     assert!(unknown(store.add_clock_samples(&j, &[sample(0, 1)]).await));
-    let end = ProcessEnd {
-        rank: Rank(0),
-        exit_code: Some(0),
-        signal: None,
-        at_ns: None,
-    };
+    let end = ProcessEnd { rank: Rank(0), exit_code: Some(0), signal: None, at_ns: None };
     assert!(unknown(store.record_exit(&j, &end).await));
     assert!(unknown(store.add_lines_count(&j, 1).await));
-    assert!(unknown(
-        store.save_report(&j, "failed", None, None, "{}").await
-    ));
-    assert!(unknown(
-        store
-            .add_snapshot(&snapshot(&j, None, "x", "cc"))
-            .await
-            .map(|_| ())
-    ));
+    assert!(unknown(store.save_report(&j, "failed", None, None, "{}").await));
+    assert!(unknown(store.add_snapshot(&snapshot(&j, None, "x", "cc")).await.map(|_| ())));
     let msg = StoreError::UnknownJob("never-touched".into()).to_string();
     assert!(msg.contains("touch_job"), "{msg}");
     assert_eq!(store.get_job(&j).await?, None);
@@ -296,21 +184,9 @@ pub async fn jobs_do_not_see_each_other(store: Store) -> Result<()> {
     let (a, b) = (job("iso-a"), job("iso-b"));
     store.touch_job(&a, None, 1).await?;
     store.touch_job(&b, None, 1).await?;
-    store
-        .open_session(&session("iso-s", &a, Some(0), 1))
-        .await?;
+    store.open_session(&session("iso-s", &a, Some(0), 1)).await?;
     store.add_clock_samples(&a, &[sample(0, 1)]).await?;
-    store
-        .record_exit(
-            &a,
-            &ProcessEnd {
-                rank: Rank(0),
-                exit_code: Some(0),
-                signal: None,
-                at_ns: None,
-            },
-        )
-        .await?;
+    store.record_exit(&a, &ProcessEnd { rank: Rank(0), exit_code: Some(0), signal: None, at_ns: None }).await?;
     store.add_snapshot(&snapshot(&a, None, "x", "dd")).await?;
     assert!(store.sessions(&b).await?.is_empty());
     assert!(store.clock_samples(&b).await?.is_empty());
@@ -328,26 +204,12 @@ pub async fn many_tasks_at_once(store: Store) -> Result<()> {
         let (store, j) = (store.clone(), j.clone());
         tasks.spawn(async move {
             store.touch_job(&j, Some(64), i64::from(r)).await?;
-            store
-                .open_session(&session(&format!("busy-{r}"), &j, Some(r), i64::from(r)))
-                .await?;
-            store
-                .add_clock_samples(&j, &[sample(r, 1), sample(r, 2)])
-                .await?;
+            store.open_session(&session(&format!("busy-{r}"), &j, Some(r), i64::from(r))).await?;
+            store.add_clock_samples(&j, &[sample(r, 1), sample(r, 2)]).await?;
             for _ in 0..5 {
                 store.add_lines_count(&j, 1).await?;
             }
-            store
-                .record_exit(
-                    &j,
-                    &ProcessEnd {
-                        rank: Rank(r),
-                        exit_code: Some(0),
-                        signal: None,
-                        at_ns: None,
-                    },
-                )
-                .await?;
+            store.record_exit(&j, &ProcessEnd { rank: Rank(r), exit_code: Some(0), signal: None, at_ns: None }).await?;
             store.get_job(&j).await?;
             Ok::<_, StoreError>(())
         });

@@ -100,14 +100,7 @@ async fn client(url: &str) -> Result<IngestClient<coroner_proto::auth::Channel>>
 }
 
 /// One session: connect, resume, ship until done or an error.
-async fn session(
-    plan: &Plan,
-    t: &mut Tally,
-    acked: &mut u64,
-    highest_sent: &mut u64,
-    started: Instant,
-    acked_total: &AtomicU64,
-) -> Result<()> {
+async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut u64, started: Instant, acked_total: &AtomicU64) -> Result<()> {
     let mut c = client(&plan.url).await?;
     let open = tokio::time::timeout(
         RPC_LIMIT,
@@ -151,7 +144,8 @@ async fn session(
     loop {
         if *acked >= plan.lines {
             drop(tx);
-            let exit = v1::ProcessExit { session_id: open.session_id.clone(), rank: Some(plan.rank), exit_code: Some(0), at_ns: now_ns(), ..Default::default() };
+            let exit =
+                v1::ProcessExit { session_id: open.session_id.clone(), rank: Some(plan.rank), exit_code: Some(0), at_ns: now_ns(), ..Default::default() };
             match tokio::time::timeout(RPC_LIMIT, c.report_exit(exit)).await {
                 Ok(Ok(_)) => {
                     t.exit_reported = true;
@@ -225,4 +219,3 @@ fn available(plan: &Plan, started: Instant) -> u64 {
     }
     ((started.elapsed().as_secs_f64() * plan.rate) as u64).min(plan.lines)
 }
-

@@ -116,11 +116,7 @@ impl ServerProcess {
     /// Starts the process and waits until its gRPC port answers (at most 60 s).
     pub async fn start(&mut self) -> Result<Duration> {
         let started = Instant::now();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.data_dir.join("coronerd.log"))
-            .context("open the server's log file")?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.data_dir.join("coronerd.log")).context("open the server's log file")?;
         let mut cmd = Command::new(&self.bin);
         cmd.arg("--data-dir")
             .arg(self.data_dir.join("data"))
@@ -166,10 +162,7 @@ impl ServerProcess {
         let Ok(endpoint) = coroner_proto::auth::endpoint(&self.url()) else { return false };
         let Ok(Ok(channel)) = tokio::time::timeout(Duration::from_secs(1), endpoint.connect()).await else { return false };
         let mut q = coroner_proto::v1::query_client::QueryClient::new(channel);
-        matches!(
-            tokio::time::timeout(Duration::from_secs(2), q.list_jobs(coroner_proto::v1::ListJobsRequest::default())).await,
-            Ok(Ok(_))
-        )
+        matches!(tokio::time::timeout(Duration::from_secs(2), q.list_jobs(coroner_proto::v1::ListJobsRequest::default())).await, Ok(Ok(_)))
     }
 
     /// SIGKILL: no shutdown, no flush; what was not committed is gone from the server.

@@ -62,12 +62,8 @@ pub async fn check(url: &str, job: &str, ranks: u32, lines: u64) -> Result<Held>
         held.lost += lost;
     }
     let mut q = q;
-    let counted = q
-        .count_by_rank(v1::CountByRankRequest { job_id: job.into(), query: String::new() })
-        .await
-        .context("count the job's lines by rank")?
-        .into_inner()
-        .total;
+    let counted =
+        q.count_by_rank(v1::CountByRankRequest { job_id: job.into(), query: String::new() }).await.context("count the job's lines by rank")?.into_inner().total;
     if counted != held.indexed {
         held.bad_ranks.push(format!("the per-rank count says {counted} lines, reading them back gave {}", held.indexed));
     }

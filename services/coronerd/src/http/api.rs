@@ -124,10 +124,7 @@ pub async fn counts(State(s): State<AppState>, Path(id): Path<String>, Query(q):
     }
     .await;
     match result {
-        Ok(counts) => Json(
-            counts.into_iter().map(|(rank, count)| serde_json::json!({"rank": rank, "count": count})).collect::<Vec<_>>(),
-        )
-        .into_response(),
+        Ok(counts) => Json(counts.into_iter().map(|(rank, count)| serde_json::json!({"rank": rank, "count": count})).collect::<Vec<_>>()).into_response(),
         Err(e) => error_json(e),
     }
 }
@@ -181,10 +178,7 @@ pub async fn snapshot_download(State(s): State<AppState>, Path((id, sha)): Path<
     });
     let name: String = record.name.rsplit('/').next().unwrap_or("snapshot").chars().filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\').collect();
     (
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
-        ],
+        [(header::CONTENT_TYPE, "application/octet-stream".to_string()), (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\""))],
         Body::from_stream(stream),
     )
         .into_response()

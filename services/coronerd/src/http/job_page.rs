@@ -103,7 +103,11 @@ fn collectives(r: &Report, out: &mut String) {
     }
     out.push_str("</table>");
     if rows.len() > MAX_COLLECTIVE_ROWS {
-        out.push_str(&format!("<p class=\"muted\">{} more rows in <a href=\"/jobs/{}/report.json\">report.json</a></p>", rows.len() - MAX_COLLECTIVE_ROWS, escape(&r.job_id)));
+        out.push_str(&format!(
+            "<p class=\"muted\">{} more rows in <a href=\"/jobs/{}/report.json\">report.json</a></p>",
+            rows.len() - MAX_COLLECTIVE_ROWS,
+            escape(&r.job_id)
+        ));
     }
 }
 

@@ -8,7 +8,9 @@ pub fn render(r: &Report, out: &mut String) {
     if r.live_findings.is_empty() {
         return;
     }
-    out.push_str("<div class=\"banner running\" id=\"live-findings\"><div class=\"headline\"><b class=\"verdict\">SUSPECTED HANG</b> (live, before any watchdog)</div>");
+    out.push_str(
+        "<div class=\"banner running\" id=\"live-findings\"><div class=\"headline\"><b class=\"verdict\">SUSPECTED HANG</b> (live, before any watchdog)</div>",
+    );
     for f in &r.live_findings {
         out.push_str(&format!(
             "<div class=\"suspect\" data-rank=\"{rank}\"><p><b>rank {rank}</b>{host}: {summary}</p><p class=\"muted\">{why}; silent {silent:.1} s (threshold {threshold:.1} s{median}); last line at {last}; raised at {raised}</p><pre>{lines}</pre></div>",

@@ -150,7 +150,6 @@ impl IngestBudget {
         self.metrics.ingest_buffered_bytes.fetch_add(bytes, Relaxed);
         Reservation { _permits: vec![permit], bytes, metrics: self.metrics.clone() }
     }
-
 }
 
 #[cfg(test)]

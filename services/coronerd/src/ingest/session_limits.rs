@@ -24,7 +24,10 @@ pub fn check_opening(r: &OpenSessionRequest, max: usize) -> Option<String> {
             return Some(format!("the {what} {:?} holds control characters", value.chars().take(80).collect::<String>()));
         }
     }
-    let lists = [("versions", r.versions.len(), r.versions.iter().map(|(k, v)| k.len() + v.len()).max()), ("notes", r.notes.len(), r.notes.iter().map(String::len).max())];
+    let lists = [
+        ("versions", r.versions.len(), r.versions.iter().map(|(k, v)| k.len() + v.len()).max()),
+        ("notes", r.notes.len(), r.notes.iter().map(String::len).max()),
+    ];
     for (what, n, longest) in lists {
         if n > MAX_LIST {
             return Some(format!("{n} {what}, more than the {MAX_LIST} a session may send"));

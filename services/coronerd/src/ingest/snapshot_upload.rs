@@ -46,7 +46,14 @@ impl IngestService {
         .await
         .unwrap_or_default();
         session.job.update(|p| {
-            let summary = SnapshotSummary { rank: record.rank, kind: record.kind.clone(), name: record.name.clone(), size: record.size, sha256: record.sha256.clone(), highlights: Vec::new() };
+            let summary = SnapshotSummary {
+                rank: record.rank,
+                kind: record.kind.clone(),
+                name: record.name.clone(),
+                size: record.size,
+                sha256: record.sha256.clone(),
+                highlights: Vec::new(),
+            };
             p.add_snapshot_facts(summary, facts);
         });
         Ok(true)

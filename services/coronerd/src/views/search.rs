@@ -155,11 +155,7 @@ pub async fn count_by_rank(searches: &Searches, job: &Arc<Job>, query: String) -
 }
 
 /// The timeline over the job's current evidence and report.
-pub async fn timeline(
-    jobs: &Jobs,
-    job: &Arc<Job>,
-    opts: super::timeline::TimelineOptions,
-) -> Result<super::timeline::Timeline, ServiceError> {
+pub async fn timeline(jobs: &Jobs, job: &Arc<Job>, opts: super::timeline::TimelineOptions) -> Result<super::timeline::Timeline, ServiceError> {
     let report = job.current_report(&jobs.rules).await?;
     let pipeline = job.pipeline.clone();
     let rules = jobs.rules.clone();

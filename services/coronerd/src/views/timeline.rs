@@ -143,12 +143,8 @@ pub fn build(evidence: &JobEvidence, report: &Report, rules: &RuleSet, opts: Tim
         let summary = summaries.get(rank);
         let offset = summary.map(|s| s.clock.offset_ns).unwrap_or(0);
         let ev = evidence.ranks.get(rank);
-        let events: Vec<TimelineEvent> =
-            ev.map(|ev| ev.events.iter().filter_map(|e| event(e, offset, rules)).collect()).unwrap_or_default();
-        let host = summary
-            .and_then(|s| s.host.clone())
-            .or_else(|| ev.and_then(|e| e.host.clone()))
-            .unwrap_or_default();
+        let events: Vec<TimelineEvent> = ev.map(|ev| ev.events.iter().filter_map(|e| event(e, offset, rules)).collect()).unwrap_or_default();
+        let host = summary.and_then(|s| s.host.clone()).or_else(|| ev.and_then(|e| e.host.clone())).unwrap_or_default();
         let start = ev.and_then(|e| e.first_capture_ns).map(|t| t + offset);
         let end = ev.and_then(|e| e.last_capture_ns).map(|t| t + offset);
         per_rank.push(Lane {
@@ -260,7 +256,13 @@ mod tests {
             p.set_host(Rank(r), &format!("node{:03}", r / 8));
             for step in 0..20u64 {
                 let text = format!("[rank{r}] step {step} loss 1.0");
-                p.push_line(LogLine { rank: Some(Rank(r)), stream: Stream::Stdout, seq: step, capture_ns: t0 + step as i64 * 1_000_000_000, bytes: text.into_bytes() });
+                p.push_line(LogLine {
+                    rank: Some(Rank(r)),
+                    stream: Stream::Stdout,
+                    seq: step,
+                    capture_ns: t0 + step as i64 * 1_000_000_000,
+                    bytes: text.into_bytes(),
+                });
             }
             if r == 77 {
                 let text = "RuntimeError: CUDA error: an illegal memory access was encountered";

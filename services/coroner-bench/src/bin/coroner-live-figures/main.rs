@@ -172,8 +172,7 @@ fn analyse(name: &str, l: &Lines) -> (Verdict, Option<(Nanos, Option<u64>)>) {
 
 /// The lines, and each rank's process ending at its last line (a bundle has no end times).
 fn feed_of(l: &Lines) -> Feed {
-    let lines: Vec<(Rank, Nanos, String)> =
-        l.lines.iter().filter_map(|x| Some((x.rank?, x.capture_ns, x.text().into_owned()))).collect();
+    let lines: Vec<(Rank, Nanos, String)> = l.lines.iter().filter_map(|x| Some((x.rank?, x.capture_ns, x.text().into_owned()))).collect();
     let mut ends: Vec<(Rank, Nanos)> = Vec::new();
     for (r, t, _) in &lines {
         match ends.iter_mut().find(|e| e.0 == *r) {
@@ -203,7 +202,10 @@ fn secs(ns: Nanos) -> f64 {
 }
 
 fn print_table(v: &serde_json::Value) {
-    println!("live hang suspicion, default thresholds: max({} x median step, {} s), evaluated every {} s", v["config"]["step_multiple"], v["config"]["floor_s"], v["config"]["tick_s"]);
+    println!(
+        "live hang suspicion, default thresholds: max({} x median step, {} s), evaluated every {} s",
+        v["config"]["step_multiple"], v["config"]["floor_s"], v["config"]["tick_s"]
+    );
     println!("\nhang bundles (replayed at their captured times)");
     println!("{:<16} {:>8} {:>10} {:>22} {:>22} {:>10}", "bundle", "suspect", "why", "suspected after (s)", "timeout line after (s)", "timeout");
     for r in v["hang_bundles"].as_array().into_iter().flatten() {
@@ -234,7 +236,12 @@ fn print_table(v: &serde_json::Value) {
         }
     }
     let s = &v["synthetic_healthy"];
-    println!("  total {:.1} h, {} false alarms: {:.2} per hour (corpus and synthetic)", s["hours"].as_f64().unwrap_or(0.0), s["false_alarms"], s["false_alarms_per_hour"].as_f64().unwrap_or(0.0));
+    println!(
+        "  total {:.1} h, {} false alarms: {:.2} per hour (corpus and synthetic)",
+        s["hours"].as_f64().unwrap_or(0.0),
+        s["false_alarms"],
+        s["false_alarms_per_hour"].as_f64().unwrap_or(0.0)
+    );
     println!("\nsynthetic hangs in long jobs (watchdog 600 s)");
     for j in v["synthetic_hangs"].as_array().into_iter().flatten() {
         println!(

@@ -176,31 +176,49 @@ pub fn healthy_jobs(hours: f64) -> Vec<SynthJob> {
 
     // Every 600 steps, every rank writes its shard of the checkpoint for 90 s.
     let mut j = Job::new();
-    train(&mut j, &mut rng, 0, steps, S, |_, _| true, |r, n, l| format!("[rank{r}] step {n} loss {l:.3}"), |job, n, t| {
-        if n % 600 != 599 {
-            return t;
-        }
-        for r in 0..WORLD {
-            job.line(r, t, format!("[rank{r}] saving checkpoint shard to /ckpt/step_{n}/rank{r}.pt"));
-            job.act(r, t, t + 90 * S, 1.0, 200e6, 0);
-        }
-        t + 90 * S
-    });
+    train(
+        &mut j,
+        &mut rng,
+        0,
+        steps,
+        S,
+        |_, _| true,
+        |r, n, l| format!("[rank{r}] step {n} loss {l:.3}"),
+        |job, n, t| {
+            if n % 600 != 599 {
+                return t;
+            }
+            for r in 0..WORLD {
+                job.line(r, t, format!("[rank{r}] saving checkpoint shard to /ckpt/step_{n}/rank{r}.pt"));
+                job.act(r, t, t + 90 * S, 1.0, 200e6, 0);
+            }
+            t + 90 * S
+        },
+    );
     out.push(SynthJob { name: "checkpoints, every rank", feed: j.feed(), counted: true });
 
     // Every 600 steps rank 0 alone writes the checkpoint for 90 s; the others wait at a barrier.
     let mut j = Job::new();
-    train(&mut j, &mut rng, 0, steps, S, |_, _| true, |r, n, l| format!("[rank{r}] step {n} loss {l:.3}"), |job, n, t| {
-        if n % 600 != 599 {
-            return t;
-        }
-        job.line(0, t, format!("[rank0] saving checkpoint to /ckpt/step_{n}.pt"));
-        job.act(0, t, t + 90 * S, 1.0, 300e6, 0);
-        for r in 1..WORLD {
-            job.act(r, t, t + 90 * S, 0.02, 0.0, 0);
-        }
-        t + 90 * S
-    });
+    train(
+        &mut j,
+        &mut rng,
+        0,
+        steps,
+        S,
+        |_, _| true,
+        |r, n, l| format!("[rank{r}] step {n} loss {l:.3}"),
+        |job, n, t| {
+            if n % 600 != 599 {
+                return t;
+            }
+            job.line(0, t, format!("[rank0] saving checkpoint to /ckpt/step_{n}.pt"));
+            job.act(0, t, t + 90 * S, 1.0, 300e6, 0);
+            for r in 1..WORLD {
+                job.act(r, t, t + 90 * S, 0.02, 0.0, 0);
+            }
+            t + 90 * S
+        },
+    );
     let feed = j.feed();
     // The same job without heartbeats (an agent too old to send them): nothing tells the writer
     // from a stuck rank the first time; the pause is learned after that.
@@ -210,32 +228,50 @@ pub fn healthy_jobs(hours: f64) -> Vec<SynthJob> {
 
     // Every 1000 steps, 200 evaluation batches on every rank (their own counter).
     let mut j = Job::new();
-    train(&mut j, &mut rng, 0, steps, S, |_, _| true, |r, n, l| format!("[rank{r}] step {n} loss {l:.3}"), |job, n, mut t| {
-        if n % 1000 != 999 {
-            return t;
-        }
-        for k in 0..200 {
-            job.compute(t, t + 200 * MS);
-            t += 200 * MS;
-            for r in 0..WORLD {
-                job.line(r, t, format!("[rank{r}] eval iter {k}/200 acc 0.{}", 500 + k));
+    train(
+        &mut j,
+        &mut rng,
+        0,
+        steps,
+        S,
+        |_, _| true,
+        |r, n, l| format!("[rank{r}] step {n} loss {l:.3}"),
+        |job, n, mut t| {
+            if n % 1000 != 999 {
+                return t;
             }
-        }
-        t
-    });
+            for k in 0..200 {
+                job.compute(t, t + 200 * MS);
+                t += 200 * MS;
+                for r in 0..WORLD {
+                    job.line(r, t, format!("[rank{r}] eval iter {k}/200 acc 0.{}", 500 + k));
+                }
+            }
+            t
+        },
+    );
     out.push(SynthJob { name: "evaluation phases", feed: j.feed(), counted: true });
 
     // Every 700 steps the whole job waits 30 s for data (every rank idle, no lines).
     let mut j = Job::new();
-    train(&mut j, &mut rng, 0, steps, S, |_, _| true, |r, n, l| format!("[rank{r}] step {n} loss {l:.3}"), |job, n, t| {
-        if n % 700 != 699 {
-            return t;
-        }
-        for r in 0..WORLD {
-            job.act(r, t, t + 30 * S, 0.05, 0.0, 0);
-        }
-        t + 30 * S
-    });
+    train(
+        &mut j,
+        &mut rng,
+        0,
+        steps,
+        S,
+        |_, _| true,
+        |r, n, l| format!("[rank{r}] step {n} loss {l:.3}"),
+        |job, n, t| {
+            if n % 700 != 699 {
+                return t;
+            }
+            for r in 0..WORLD {
+                job.act(r, t, t + 30 * S, 0.05, 0.0, 0);
+            }
+            t + 30 * S
+        },
+    );
     out.push(SynthJob { name: "job-wide data stalls", feed: j.feed(), counted: true });
     out
 }
