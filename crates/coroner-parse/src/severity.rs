@@ -98,9 +98,7 @@ fn glog_severity(head: &[u8]) -> Option<Severity> {
         }
     }
     match rest {
-        [level @ (b'E' | b'W' | b'F'), date @ ..] if is_month_day(date) => {
-            Some(if *level == b'W' { Severity::Warning } else { Severity::Error })
-        }
+        [level @ (b'E' | b'W' | b'F'), date @ ..] if is_month_day(date) => Some(if *level == b'W' { Severity::Warning } else { Severity::Error }),
         _ => None,
     }
 }
