@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 fn report(server: &Server, job: &str) -> serde_json::Value {
     let out = server.coroner(&["report", job, "--json"]);
-    assert!(out.status.success(), "coroner report: {}", String::from_utf8_lossy(&out.stderr));
+    coroner_tests::assert_answered(&out);
     serde_json::from_slice(&out.stdout).expect("report JSON")
 }
 
@@ -67,6 +67,13 @@ fn start_job(server: &Server, job: &str, world: u32, fault: &str, fault_rank: u3
 fn agents_around_a_failing_cpu_job_name_the_rank_that_died() {
     let server = Server::start();
     let spool = tempfile::tempdir().expect("tempdir");
+    // A scheduler's script waits on the job before it starts, and branches on the exit status.
+    let watcher = Command::new(binary("coroner"))
+        .args(["--server", &server.grpc_url, "watch", "e2e-kill", "--until-done"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start watch");
     let codes = run_job(&server, "e2e-kill", 3, "kill", 1, spool.path());
     assert_eq!(codes[1], Some(137), "the agent exits as the shell would for SIGKILL: {codes:?}");
     assert!(codes.iter().all(|c| *c != Some(0)), "every rank fails after rank 1 dies: {codes:?}");
@@ -74,6 +81,8 @@ fn agents_around_a_failing_cpu_job_name_the_rank_that_died() {
     assert_eq!(report["verdict"], "failed", "{report:#}");
     assert_eq!(report["first_failure"]["rank"], 1, "{report:#}");
     assert_eq!(report["first_failure"]["class"], "killed", "{report:#}");
+    let watched = watcher.wait_with_output().expect("watch exit");
+    assert_eq!(watched.status.code(), Some(1), "watch --until-done exits 1 for a failed job: {}", String::from_utf8_lossy(&watched.stderr));
     let cascade = report["cascade"].as_array().expect("cascade");
     assert_eq!(cascade.len(), 2, "both other ranks are in the cascade: {report:#}");
     // Clock samples reached the server: offsets come from NTP-style exchanges.

@@ -88,7 +88,7 @@ impl Served {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let out = self.coroner(&["report", job, "--json"]);
-            assert!(out.status.success(), "report: {}", String::from_utf8_lossy(&out.stderr));
+            coroner_tests::assert_answered(&out);
             let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
             if r["verdict"] != "running" || Instant::now() > deadline {
                 return r;

@@ -12,8 +12,21 @@ fn fixtures() -> PathBuf {
 
 fn coroner(args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_coroner")).args(args).output().expect("run coroner");
-    assert!(out.status.success(), "coroner {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("coroner {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    // `analyze` exits with its verdict's code (1 for a failed job); 2 means it could not answer.
+    assert!(matches!(out.status.code(), Some(0 | 1 | 3 | 4)), "coroner {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("coroner {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    if args.first() == Some(&"analyze") {
+        let owed = match v["verdict"].as_str() {
+            Some("succeeded") => 0,
+            Some("failed") => 1,
+            Some("unknown") => 3,
+            _ => 4,
+        };
+        assert_eq!(out.status.code(), Some(owed), "coroner {args:?}: exit status for verdict {}", v["verdict"]);
+    } else {
+        assert!(out.status.success(), "coroner {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    v
 }
 
 /// (fixture, the rank that diverged, the rule on dumps alone, the rule with logs when it differs,
