@@ -324,7 +324,7 @@ impl Ingest for IngestService {
                 p.add_note(format!(
                     "rank {rank}'s agent dropped {} lines (its spool was full, or they were in flight when part of the agent was killed)",
                     r.dropped_lines
-                ))
+                ));
             });
         }
         session.job.update(|p| {
