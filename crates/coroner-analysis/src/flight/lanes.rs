@@ -132,7 +132,7 @@ pub fn build<'a>(dumps: &BTreeMap<Rank, &'a FrDump>, world: Option<u32>) -> BTre
     groups
 }
 
-fn unit<'a>(dump: &'a FrDump, ops: Vec<&'a FrOp>) -> Unit<'a> {
+pub fn unit<'a>(dump: &'a FrDump, ops: Vec<&'a FrOp>) -> Unit<'a> {
     let what = ops.iter().map(|o| what(o)).collect::<Vec<_>>().join("; ");
     let stack = ops.first().map(|o| dump.stack_of(o)).unwrap_or(&[]);
     let site = (!stack.is_empty()).then(|| stack.iter().map(|f| format!("{}:{}:{}", f.file, f.line, f.name)).collect::<Vec<_>>().join("|"));

@@ -5,13 +5,19 @@
 //! number (coalesced operations as one unit, point-to-point operations apart); walk the numbers to
 //! the first where ranks part, and name who parted ([`decide`]: majority, own history, never
 //! issued; never a guess among equals); find where the group stopped and who entered collectives
-//! last ([`timing`]). Across groups the earliest decided divergence wins. When every dump agrees,
+//! last ([`timing`]); pair each sender's sends with its receiver's recvs, in order ([`p2p`]).
+//! Across groups, and between a group's collectives and its point-to-point operations, the
+//! earliest decided divergence wins. When every dump agrees,
 //! the ranks without a dump are weighed with what the logs say of them: one that died first is
 //! the culprit (`died before it dumped`), one killed from outside is unknown, and the answer says so.
 
 mod decide;
 mod job;
 mod lanes;
+mod p2p;
+#[cfg(test)]
+mod p2p_tests;
+mod pattern;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
@@ -106,7 +112,7 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
             stops.push(st.clone());
         }
         let divergence = decision.as_ref().map(|d| coroner_model::FrDivergence {
-            seq: decide::seq_word(d.seq),
+            seq: d.label.clone(),
             differs: d.differs.to_string(),
             rule: d.rule,
             culprits: d.culprits.clone(),
@@ -128,6 +134,15 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
             }
             Some(d) => undecided.push(d),
             None => {}
+        }
+        if let Some(p) = p2p::scan(pg, group, dumps, &input.clocks) {
+            reports.push(p.report);
+            notes.extend(p.notes);
+            match p.decision {
+                Some(d) if d.rule.is_some() => decided.push((d, p.at)),
+                Some(d) => undecided.push(d),
+                None => {}
+            }
         }
     }
     let dumped: Vec<Rank> = dumps.keys().copied().collect();
@@ -184,7 +199,7 @@ fn verdict(
             confidence: round(d.confidence),
             summary: d.summary,
             pg: Some(d.pg.0),
-            seq: Some(decide::seq_word(d.seq)),
+            seq: Some(d.label),
         };
     }
     if let Some(d) = undecided.into_iter().next() {
@@ -195,7 +210,7 @@ fn verdict(
             confidence: 0.0,
             summary: d.summary,
             pg: Some(d.pg.0),
-            seq: Some(decide::seq_word(d.seq)),
+            seq: Some(d.label),
         };
     }
     job::missing_dump_verdict(groups, missing, input).unwrap_or_else(|| FrVerdict {
@@ -246,9 +261,6 @@ fn cannot_say(dumps: &BTreeMap<Rank, &FrDump>, missing: &[Rank], input: &FlightI
             who(&dropped),
             coroner_model::MAX_OPS_PER_GROUP
         ));
-    }
-    if dumps.values().flat_map(|d| &d.ops).any(|o| o.is_p2p()) {
-        out.push("point-to-point operations are listed but not matched across ranks".to_string());
     }
     out
 }
