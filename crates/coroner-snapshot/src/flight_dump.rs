@@ -233,7 +233,7 @@ mod tests {
                 ("all_reduce", None, FrSeq::Collective(5))
             ]
         );
-        assert_eq!((d.ops[d.ops.len() - 3].output_sizes.clone(), d.ops[d.ops.len() - 1].state), (vec![vec![512]], FrState::Scheduled));
+        assert_eq!((d.ops[d.ops.len() - 2].output_sizes.clone(), d.ops[d.ops.len() - 1].state), (vec![vec![512]], FrState::Scheduled));
     }
 
     #[test]
