@@ -39,7 +39,8 @@ struct RankP2p<'a> {
     /// Every unit the rank issued in the group, collectives too, as fingerprints, in order.
     items: Vec<String>,
     /// Where the rank broke its own pattern.
-    deviation: Option<usize>,
+    /// Where it broke its own pattern, and the pattern's period.
+    deviation: Option<(usize, usize)>,
     /// Its newest operation of any group waits.
     blocked: bool,
     /// Its buffer holds its first p2p operation of the group (or it lost none and posted none).
@@ -150,12 +151,12 @@ fn unit_done(u: &Unit<'_>) -> bool {
     }
 }
 
-/// `recv 1024 Float from 1; send 1024 Float to 1`.
+/// `recv 1024 Float from 1 + send 1024 Float to 1`.
 fn fingerprint(u: &Unit<'_>, members: &[Rank]) -> String {
     let mut parts: Vec<String> =
         u.ops.iter().filter_map(|o| direction(o, members).map(|(send, peer)| format!("{} {} {} {} {peer}", o.op, numel(o, send), dtype(o), if send { "to" } else { "from" }))).collect();
     parts.sort();
-    parts.join("; ")
+    parts.join(" + ")
 }
 
 /// `(true, peer)` for a send, `(false, peer)` for a recv, the peer as a global rank.
@@ -227,7 +228,7 @@ fn judge(pg: &PgId, f: &Finding, ranks: &BTreeMap<Rank, RankP2p<'_>>, clocks: &C
     let (s, d) = (ranks.get(&f.src)?, ranks.get(&f.dst)?);
     // A rank broke its pattern at or before its post (or, without a post, anywhere).
     let broke = |p: &RankP2p<'_>, post: Option<Post>| match (p.deviation, post) {
-        (Some(dev), Some(post)) => p.index.get(&post.seq).is_some_and(|i| dev <= *i),
+        (Some((dev, _)), Some(post)) => p.index.get(&post.seq).is_some_and(|i| dev <= *i),
         (Some(_), None) => true,
         (None, _) => false,
     };
@@ -252,48 +253,51 @@ fn judge(pg: &PgId, f: &Finding, ranks: &BTreeMap<Rank, RankP2p<'_>>, clocks: &C
     let (culprit, rule, confidence, why) = match (f.send, f.recv) {
         (Some(a), Some(b)) => {
             decision.differs = if a.numel != b.numel { "p2p sizes" } else { "p2p dtypes" };
-            match (src_broke, dst_broke) {
-                (true, false) => (Some(f.src), Some(FrRule::OwnHistory), 0.75, "with no precedent in its own earlier steps, while its peer did what it always does (own history)"),
-                (false, true) => (Some(f.dst), Some(FrRule::OwnHistory), 0.75, "with no precedent in its own earlier steps, while its peer did what it always does (own history)"),
-                _ => (None, None, 0.0, "and neither rank's own history tells which one changed"),
+            let (c, other) = match (src_broke, dst_broke) {
+                (true, false) => (f.src, f.dst),
+                (false, true) => (f.dst, f.src),
+                _ => (f.src, f.dst),
+            };
+            if src_broke != dst_broke {
+                let why = format!("rank {c}'s post has no precedent in its own earlier steps ({}), while rank {other} did what it always does (own history)", broken(&ranks[&c]));
+                (Some(c), Some(FrRule::OwnHistory), 0.75, why)
+            } else {
+                (None, None, 0.0, "neither rank's own history tells which one changed".to_string())
             }
         }
         (post_s, post_r) => {
             decision.differs = "never posted";
             let (poster, poster_broke, peer, peer_broke, post) =
                 if post_s.is_some() { (f.src, src_broke, f.dst, dst_broke, post_s) } else { (f.dst, dst_broke, f.src, src_broke, post_r) };
-            let poster_p = ranks.get(&poster)?;
-            let waits = post.and_then(|p| poster_p.units.get(&p.seq)).is_some_and(|u| !unit_done(u));
-            let peer_blocked = ranks.get(&peer).is_some_and(|p| p.blocked);
+            let waits = post.and_then(|p| ranks[&poster].units.get(&p.seq)).is_some_and(|u| !unit_done(u));
+            let peer_blocked = ranks[&peer].blocked;
             match (poster_broke, peer_broke) {
-                (true, false) => (Some(poster), Some(FrRule::OwnHistory), 0.7, "a post with no precedent in its own earlier steps, which its peer, keeping its pattern, never matched (own history)"),
-                (false, true) => (Some(peer), Some(FrRule::OwnHistory), 0.7, "no match: the peer broke the pattern it kept at every step before (own history)"),
-                (false, false) if waits && !peer_blocked => (Some(peer), Some(FrRule::NeverIssued), 0.8, "and waits in it; the peer never posted the match and waits in nothing (never issued)"),
+                (true, false) => (
+                    Some(poster),
+                    Some(FrRule::OwnHistory),
+                    0.7,
+                    format!("rank {poster}'s post has no precedent in its own earlier steps ({}), and rank {peer}, keeping its pattern, never matched it (own history)", broken(&ranks[&poster])),
+                ),
+                (false, true) => (Some(peer), Some(FrRule::OwnHistory), 0.7, format!("rank {peer} left the pattern it kept at every step before: {} (own history)", broken(&ranks[&peer]))),
+                (false, false) if waits && !peer_blocked => {
+                    (Some(peer), Some(FrRule::NeverIssued), 0.8, format!("rank {poster} waits in it, and rank {peer} never posted the match and waits in nothing (never issued)"))
+                }
                 // A finished post the peer has not matched yet: its dump may be older.
                 (false, false) if !waits => return None,
-                _ => (None, None, 0.0, "and nothing tells which rank left the pattern"),
+                _ => (None, None, 0.0, "nothing tells which rank left its pattern".to_string()),
             }
         }
     };
-    let head = match (f.send, f.recv) {
-        (Some(_), Some(_)) => format!(
-            "process group {pg}, point-to-point {pair}, post {} of the pair: {}, {}",
-            f.k + 1,
-            describe(f.src, su, s),
-            describe(f.dst, du, d)
-        ),
-        _ => format!(
-            "process group {pg}, point-to-point {pair}: rank {} sent {} and rank {} posted {} recvs; post {} of the pair: {}, {}",
-            f.src,
-            f.sent,
-            f.dst,
-            f.received,
-            f.k + 1,
-            describe(f.src, su, s),
-            describe(f.dst, du, d)
-        ),
+    let counts = match (f.send, f.recv) {
+        (Some(_), Some(_)) => String::new(),
+        _ => format!(": rank {} sent {} and rank {} posted {} recvs", f.src, f.sent, f.dst, f.received),
     };
-    decision.summary = format!("{head}; {}", if culprit.is_some() { format!("{} diverged {why}", who(&culprit.into_iter().collect::<Vec<_>>())) } else { why.to_string() });
+    decision.summary = format!(
+        "process group {pg}, point-to-point {pair}{counts}; post {} of the pair: {}, {}; {why}",
+        f.k + 1,
+        describe(f.src, su, s),
+        describe(f.dst, du, d)
+    );
     if let Some(c) = culprit {
         decision.culprits = vec![c];
         decision.candidates = Vec::new();
@@ -310,6 +314,14 @@ fn judge(pg: &PgId, f: &Finding, ranks: &BTreeMap<Rank, RankP2p<'_>>, clocks: &C
     let at = [(f.src, su), (f.dst, du)].iter().filter_map(|(r, u)| clocks.aligned(*r, u.as_ref()?.created_ns()?)).min();
     let entries = vec![entry(f.src, su, clocks), entry(f.dst, du, clocks)];
     Some((decision, at, entries))
+}
+
+/// Where a rank broke its pattern, in words.
+fn broken(p: &RankP2p<'_>) -> String {
+    match p.deviation {
+        Some((i, period)) => format!("its operation {} in the group is {}, where its pattern put {}", i + 1, p.items[i], p.items[i - period]),
+        None => "it kept its pattern".to_string(),
+    }
 }
 
 fn seq_of(u: &Unit<'_>) -> u64 {
