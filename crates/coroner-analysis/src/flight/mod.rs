@@ -97,6 +97,7 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
     let mut stragglers = Vec::new();
     let mut matched_total = 0usize;
     let mut notes = Vec::new();
+    let mut broke: Vec<Rank> = Vec::new();
     for (pg, group) in &groups {
         let scan = decide::scan(pg, group);
         notes.extend(scan.habitual.clone());
@@ -138,6 +139,7 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
         if let Some(p) = p2p::scan(pg, group, dumps, &input.clocks) {
             reports.push(p.report);
             notes.extend(p.notes);
+            broke.extend(p.broke);
             match p.decision {
                 Some(d) if d.rule.is_some() => decided.push((d, p.at)),
                 Some(d) => undecided.push(d),
@@ -149,7 +151,9 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
     let mut missing: Vec<Rank> = groups.values().flat_map(|g| g.missing()).collect();
     missing.sort();
     missing.dedup();
-    let verdict = verdict(decided, undecided, &groups, &missing, input);
+    broke.sort();
+    broke.dedup();
+    let verdict = verdict(decided, undecided, &groups, &missing, &broke, input);
     if verdict.culprits.is_empty() && verdict.candidates.is_empty() && stops.iter().any(|s| s.never_issued.is_empty() && s.unknown.is_empty()) {
         notes.push("every rank issued the collective the dumps end in and none completed it: either the dumps were taken while it ran, or it hung inside the transport rather than in a rank".to_string());
     }
@@ -184,6 +188,7 @@ fn verdict(
     undecided: Vec<Decision>,
     groups: &BTreeMap<PgId, lanes::Group<'_>>,
     missing: &[Rank],
+    broke: &[Rank],
     input: &FlightInput<'_>,
 ) -> FrVerdict {
     // The earliest divergence in time decides; without times, the surest.
@@ -213,7 +218,7 @@ fn verdict(
             seq: Some(d.label),
         };
     }
-    job::missing_dump_verdict(groups, missing, input).unwrap_or_else(|| FrVerdict {
+    job::missing_dump_verdict(groups, missing, broke, input).unwrap_or_else(|| FrVerdict {
         culprits: Vec::new(),
         candidates: Vec::new(),
         rule: None,

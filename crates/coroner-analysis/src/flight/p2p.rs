@@ -29,6 +29,9 @@ pub struct P2pScan {
     /// When the diverging operations were issued (aligned), to order it against other groups.
     pub at: Option<i64>,
     pub notes: Vec<String>,
+    /// Ranks that broke the pattern they repeated in the group: the dumps do not show them
+    /// doing what they always do.
+    pub broke: Vec<Rank>,
 }
 
 /// One rank's point-to-point units in a group, and its whole pattern there.
@@ -104,7 +107,8 @@ pub fn scan(pg: &PgId, group: &Group<'_>, dumps: &BTreeMap<Rank, &FrDump>, clock
         }),
     };
     let (decision, at) = first.map(|(d, at, _)| (Some(d), at)).unwrap_or((None, None));
-    Some(P2pScan { report, decision, at, notes })
+    let broke = ranks.iter().filter(|(_, p)| p.deviation.is_some()).map(|(r, _)| *r).collect();
+    Some(P2pScan { report, decision, at, notes, broke })
 }
 
 fn rank_p2p<'a>(pg: &PgId, dump: &'a FrDump, members: &[Rank]) -> RankP2p<'a> {

@@ -193,3 +193,92 @@ fn a_truncated_buffer_is_not_paired() {
     assert!(p2p_group(&r).divergence.is_none(), "{r:#?}");
     assert!(r.cannot_say.iter().any(|c| c.contains("rank 1's buffer no longer holds its first point-to-point operation")), "{:?}", r.cannot_say);
 }
+
+/// Property tests: a pipeline of 2 to 5 ranks (each step rank i receives from i-1, sends to
+/// i+1, as plain operations or one batch, then all ranks all-reduce), 3 to 5 steps, then one rank
+/// changes a send's or a recv's size or skips it in the last step, where every rank stops.
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone, Copy)]
+    enum Injected {
+        SendSize,
+        RecvSize,
+        SkipSend,
+        SkipRecv,
+    }
+
+    #[derive(Debug, Clone)]
+    struct Case {
+        world: u32,
+        steps: usize,
+        batch: bool,
+        culprit: u32,
+        how: Injected,
+    }
+
+    fn case() -> impl Strategy<Value = Case> {
+        (2u32..=5, 3usize..=5, any::<bool>(), any::<prop::sample::Index>(), 0usize..4).prop_map(|(world, steps, batch, culprit, how)| Case {
+            world,
+            steps,
+            batch,
+            culprit: culprit.index(world as usize) as u32,
+            how: [Injected::SendSize, Injected::RecvSize, Injected::SkipSend, Injected::SkipRecv][how],
+        })
+    }
+
+    /// Rank `r`'s step; `odd` applies the injection (to the other direction when the rank has
+    /// no operation of the kind asked: the first rank receives nothing, the last sends nothing).
+    fn step(c: &Case, r: u32, odd: bool) -> Vec<Do> {
+        let (has_recv, has_send) = (r > 0, r + 1 < c.world);
+        let how = match c.how {
+            Injected::SendSize | Injected::SkipSend if !has_send => [Injected::RecvSize, Injected::SkipRecv][matches!(c.how, Injected::SkipSend) as usize],
+            Injected::RecvSize | Injected::SkipRecv if !has_recv => [Injected::SendSize, Injected::SkipSend][matches!(c.how, Injected::SkipRecv) as usize],
+            how => how,
+        };
+        let mut p2p = Vec::new();
+        if has_recv && !(odd && matches!(how, Injected::SkipRecv)) {
+            p2p.push(Do::Recv(r - 1, if odd && matches!(how, Injected::RecvSize) { 7 } else { N }));
+        }
+        if has_send && !(odd && matches!(how, Injected::SkipSend)) {
+            p2p.push(Do::Send(r + 1, if odd && matches!(how, Injected::SendSize) { 7 } else { N }));
+        }
+        let mut out = if c.batch && !p2p.is_empty() { vec![Do::Batch(p2p)] } else { p2p };
+        out.push(Do::AllReduce(N));
+        out
+    }
+
+    fn dumps(c: &Case) -> BTreeMap<Rank, FrDump> {
+        let ranks: Vec<u32> = (0..c.world).collect();
+        (0..c.world)
+            .map(|r| {
+                let last = step(c, r, r == c.culprit);
+                let all = steps(c.steps, &step(c, r, false), &last);
+                (Rank(r), dump("0", &ranks, r, &all, last.len()))
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn the_rank_that_changed_its_p2p_is_named(c in case()) {
+            let r = run(&dumps(&c), c.world, BTreeMap::new());
+            prop_assert_eq!(r.verdict.culprits.clone(), vec![Rank(c.culprit)], "{:?}\n{:#?}", c, r.verdict);
+        }
+
+        #[test]
+        fn without_some_dumps_it_is_that_rank_or_nobody(c in case(), keep in prop::collection::vec(any::<bool>(), 5)) {
+            let mut all = dumps(&c);
+            all.retain(|r, _| keep[r.0 as usize]);
+            if all.is_empty() {
+                return Ok(());
+            }
+            let r = run(&all, c.world, BTreeMap::new());
+            let named = r.verdict.culprits.clone();
+            prop_assert!(named.is_empty() || named == vec![Rank(c.culprit)], "{:?} kept {:?}\n{:#?}", c, all.keys().collect::<Vec<_>>(), r.verdict);
+        }
+    }
+}
