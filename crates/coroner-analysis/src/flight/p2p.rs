@@ -134,7 +134,11 @@ fn rank_p2p<'a>(pg: &PgId, dump: &'a FrDump, members: &[Rank]) -> RankP2p<'a> {
         }
     }
     out.deviation = pattern::deviation(&out.items);
-    out.blocked = dump.ops.iter().max_by_key(|o| o.record_id).is_some_and(|o| !o.done() && !(o.is_p2p() && o.op != "coalesced" && batch_done(dump, o)));
+    out.blocked = dump.ops.iter().max_by_key(|o| o.record_id).is_some_and(|o| {
+        // A batch's own entries stay scheduled after it ran.
+        let batch_ran = o.is_p2p() && o.op != "coalesced" && batch_done(dump, o);
+        !(o.done() || batch_ran)
+    });
     out.complete = match out.units.keys().next() {
         Some(first) => *first == 1,
         None => dump.dropped == 0,
@@ -157,8 +161,13 @@ fn unit_done(u: &Unit<'_>) -> bool {
 
 /// `recv 1024 Float from 1 + send 1024 Float to 1`.
 fn fingerprint(u: &Unit<'_>, members: &[Rank]) -> String {
-    let mut parts: Vec<String> =
-        u.ops.iter().filter_map(|o| direction(o, members).map(|(send, peer)| format!("{} {} {} {} {peer}", o.op, numel(o, send), dtype(o), if send { "to" } else { "from" }))).collect();
+    let mut parts: Vec<String> = u
+        .ops
+        .iter()
+        .filter_map(|o| {
+            direction(o, members).map(|(send, peer)| format!("{} {} {} {} {peer}", o.op, numel(o, send), dtype(o), if send { "to" } else { "from" }))
+        })
+        .collect();
     parts.sort();
     parts.join(" + ")
 }
@@ -263,7 +272,10 @@ fn judge(pg: &PgId, f: &Finding, ranks: &BTreeMap<Rank, RankP2p<'_>>, clocks: &C
                 _ => (f.src, f.dst),
             };
             if src_broke != dst_broke {
-                let why = format!("rank {c}'s post has no precedent in its own earlier steps ({}), while rank {other} did what it always does (own history)", broken(&ranks[&c]));
+                let why = format!(
+                    "rank {c}'s post has no precedent in its own earlier steps ({}), while rank {other} did what it always does (own history)",
+                    broken(&ranks[&c])
+                );
                 (Some(c), Some(FrRule::OwnHistory), 0.75, why)
             } else {
                 (None, None, 0.0, "neither rank's own history tells which one changed".to_string())
@@ -329,11 +341,13 @@ fn broken(p: &RankP2p<'_>) -> String {
 }
 
 fn seq_of(u: &Unit<'_>) -> u64 {
-    u.ops.iter().find_map(|o| match o.seq {
-        FrSeq::P2p(s) => Some(s),
-        FrSeq::Collective(_) => None,
-    })
-    .unwrap_or(0)
+    u.ops
+        .iter()
+        .find_map(|o| match o.seq {
+            FrSeq::P2p(s) => Some(s),
+            FrSeq::Collective(_) => None,
+        })
+        .unwrap_or(0)
 }
 
 fn entry(rank: Rank, u: Option<&Unit<'_>>, clocks: &Clocks) -> FrEntryView {
@@ -342,7 +356,8 @@ fn entry(rank: Rank, u: Option<&Unit<'_>>, clocks: &Clocks) -> FrEntryView {
             let ops: Vec<String> = u.ops.iter().filter(|o| o.op != "coalesced").map(|o| format!("{} {}", o.op, o.detail.as_deref().unwrap_or(""))).collect();
             let label = if ops.len() == 1 { ops[0].trim().to_string() } else { format!("batch({})", ops.join(", ")) };
             let mut e = view::issued(rank, u, label, clocks);
-            e.state = if unit_done(u) { "completed".into() } else { u.ops.iter().find(|o| o.op == "coalesced").map_or(e.state, |c| c.state.as_str().to_string()) };
+            e.state =
+                if unit_done(u) { "completed".into() } else { u.ops.iter().find(|o| o.op == "coalesced").map_or(e.state, |c| c.state.as_str().to_string()) };
             e
         }
         None => view::blank(rank, "never posted"),

@@ -73,7 +73,8 @@ fn dump(pg: &str, ranks: &[u32], me: u32, steps: &[Do], pending: usize) -> FrDum
             }
         }
     }
-    d.groups.insert(PgId(pg.into()), FrGroup { desc: "pp".into(), ranks: ranks.to_vec(), last_enqueued: (coll > 0).then_some(SeqNo(coll)), ..Default::default() });
+    d.groups
+        .insert(PgId(pg.into()), FrGroup { desc: "pp".into(), ranks: ranks.to_vec(), last_enqueued: (coll > 0).then_some(SeqNo(coll)), ..Default::default() });
     d
 }
 
@@ -233,8 +234,10 @@ mod props {
     fn step(c: &Case, r: u32, odd: bool) -> Vec<Do> {
         let (has_recv, has_send) = (r > 0, r + 1 < c.world);
         let how = match c.how {
-            Injected::SendSize | Injected::SkipSend if !has_send => [Injected::RecvSize, Injected::SkipRecv][matches!(c.how, Injected::SkipSend) as usize],
-            Injected::RecvSize | Injected::SkipRecv if !has_recv => [Injected::SendSize, Injected::SkipSend][matches!(c.how, Injected::SkipRecv) as usize],
+            Injected::SendSize if !has_send => Injected::RecvSize,
+            Injected::SkipSend if !has_send => Injected::SkipRecv,
+            Injected::RecvSize if !has_recv => Injected::SendSize,
+            Injected::SkipRecv if !has_recv => Injected::SkipSend,
             how => how,
         };
         let mut p2p = Vec::new();

@@ -12,7 +12,11 @@ const MAX_PERIOD: usize = 64;
 /// (the smallest on a tie); the pattern counts once it held for two periods in a row, so a
 /// warm-up that differs (DDP's first broadcasts) is not a break.
 pub fn deviation(items: &[String]) -> Option<(usize, usize)> {
-    let period = (1..=MAX_PERIOD.min(items.len() / 2)).map(|p| (longest_run(items, p), p)).filter(|(run, p)| *run >= 2 * p).max_by_key(|(run, p)| (*run, usize::MAX - p))?.1;
+    let period = (1..=MAX_PERIOD.min(items.len() / 2))
+        .map(|p| (longest_run(items, p), p))
+        .filter(|(run, p)| *run >= 2 * p)
+        .max_by_key(|(run, p)| (*run, usize::MAX - p))?
+        .1;
     let mut run = 0;
     for j in period..items.len() {
         if items[j] == items[j - period] {
