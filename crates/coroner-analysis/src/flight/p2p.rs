@@ -52,10 +52,10 @@ struct RankP2p<'a> {
 
 /// One post of a pair's stream: the unit it belongs to, its element count and dtype.
 #[derive(Clone, Copy)]
-struct Post {
+struct Post<'a> {
     seq: u64,
     numel: i64,
-    dtype: &'static str,
+    dtype: &'a str,
 }
 
 pub fn scan(pg: &PgId, group: &Group<'_>, dumps: &BTreeMap<Rank, &FrDump>, clocks: &Clocks) -> Option<P2pScan> {
@@ -73,7 +73,7 @@ pub fn scan(pg: &PgId, group: &Group<'_>, dumps: &BTreeMap<Rank, &FrDump>, clock
         ));
     }
     let mut matched = 0u64;
-    let mut findings: Vec<Finding> = Vec::new();
+    let mut findings: Vec<Finding<'_>> = Vec::new();
     for ((src, dst), (sends, recvs)) in streams(&ranks, &members) {
         if incomplete.contains(&src) || incomplete.contains(&dst) {
             continue;
@@ -196,16 +196,16 @@ fn dtype(o: &FrOp) -> &str {
 }
 
 /// Each ordered pair's sends and the recvs its receiver posted, in order.
-fn streams(ranks: &BTreeMap<Rank, RankP2p<'_>>, members: &[Rank]) -> BTreeMap<(Rank, Rank), (Vec<Post>, Vec<Post>)> {
-    let mut out: BTreeMap<(Rank, Rank), (Vec<Post>, Vec<Post>)> = BTreeMap::new();
+fn streams<'a>(ranks: &BTreeMap<Rank, RankP2p<'a>>, members: &[Rank]) -> BTreeMap<(Rank, Rank), (Vec<Post<'a>>, Vec<Post<'a>>)> {
+    let mut out: BTreeMap<(Rank, Rank), (Vec<Post<'a>>, Vec<Post<'a>>)> = BTreeMap::new();
     for (rank, p) in ranks {
         for (seq, u) in &p.units {
-            for o in &u.ops {
+            for o in u.ops.iter().copied() {
                 let Some((send, peer)) = direction(o, members) else { continue };
                 if !ranks.contains_key(&peer) {
                     continue;
                 }
-                let post = Post { seq: *seq, numel: numel(o, send), dtype: intern(dtype(o)) };
+                let post = Post { seq: *seq, numel: numel(o, send), dtype: dtype(o) };
                 let (pair, side) = if send { ((*rank, peer), 0) } else { ((peer, *rank), 1) };
                 let entry = out.entry(pair).or_default();
                 if side == 0 {
@@ -219,28 +219,22 @@ fn streams(ranks: &BTreeMap<Rank, RankP2p<'_>>, members: &[Rank]) -> BTreeMap<(R
     out
 }
 
-/// Dtype names as `'static` for `Copy` posts (PyTorch has a few dozen; others read `other`).
-fn intern(s: &str) -> &'static str {
-    const KNOWN: &[&str] = &["Float", "Half", "BFloat16", "Double", "Long", "Int", "Short", "Char", "Byte", "Bool", "Float8_e4m3fn", "Float8_e5m2"];
-    KNOWN.iter().find(|k| **k == s).copied().unwrap_or("other")
-}
-
 /// The first point where a pair parts: at post `k`, both posted and disagree, or only one did.
-struct Finding {
+struct Finding<'a> {
     src: Rank,
     dst: Rank,
     k: usize,
-    send: Option<Post>,
-    recv: Option<Post>,
+    send: Option<Post<'a>>,
+    recv: Option<Post<'a>>,
     sent: usize,
     received: usize,
 }
 
 /// Who parted at a finding, with each side's unit for the table.
-fn judge(pg: &PgId, f: &Finding, ranks: &BTreeMap<Rank, RankP2p<'_>>, clocks: &Clocks) -> Option<(Decision, Option<i64>, Vec<FrEntryView>)> {
+fn judge(pg: &PgId, f: &Finding<'_>, ranks: &BTreeMap<Rank, RankP2p<'_>>, clocks: &Clocks) -> Option<(Decision, Option<i64>, Vec<FrEntryView>)> {
     let (s, d) = (ranks.get(&f.src)?, ranks.get(&f.dst)?);
     // A rank broke its pattern at or before its post (or, without a post, anywhere).
-    let broke = |p: &RankP2p<'_>, post: Option<Post>| match (p.deviation, post) {
+    let broke = |p: &RankP2p<'_>, post: Option<Post<'_>>| match (p.deviation, post) {
         (Some((dev, _)), Some(post)) => p.index.get(&post.seq).is_some_and(|i| dev <= *i),
         (Some(_), None) => true,
         (None, _) => false,
