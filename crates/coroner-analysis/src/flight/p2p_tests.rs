@@ -109,6 +109,17 @@ fn a_recv_of_another_size_names_the_rank_that_changed() {
 }
 
 #[test]
+fn a_recv_of_another_dtype_is_a_divergence() {
+    let d0 = dump("0", &[0, 1], 0, &steps(5, &[Do::Send(1, N), Do::AllReduce(N)], &[Do::Send(1, N), Do::AllReduce(N)]), 1);
+    let mut d1 = dump("0", &[0, 1], 1, &steps(5, &[Do::Recv(0, N), Do::AllReduce(N)], &[Do::Recv(0, N)]), 1);
+    let last = d1.ops.last_mut().unwrap();
+    (last.input_dtypes, last.output_dtypes) = (vec!["BFloat16".into()], vec!["BFloat16".into()]);
+    let r = pair(d0, d1);
+    assert_eq!((r.verdict.culprits.clone(), r.verdict.rule), (vec![Rank(1)], Some(FrRule::OwnHistory)), "{r:#?}");
+    assert_eq!(p2p_group(&r).divergence.as_ref().unwrap().differs, "p2p dtypes");
+}
+
+#[test]
 fn a_send_of_another_size_names_the_sender() {
     let d0 = dump("0", &[0, 1], 0, &steps(5, &[Do::Send(1, N), Do::AllReduce(N)], &[Do::Send(1, 7)]), 1);
     let d1 = dump("0", &[0, 1], 1, &steps(5, &[Do::Recv(0, N), Do::AllReduce(N)], &[Do::Recv(0, N)]), 1);
