@@ -41,7 +41,6 @@ struct RankP2p<'a> {
     index: BTreeMap<u64, usize>,
     /// Every unit the rank issued in the group, collectives too, as fingerprints, in order.
     items: Vec<String>,
-    /// Where the rank broke its own pattern.
     /// Where it broke its own pattern, and the pattern's period.
     deviation: Option<(usize, usize)>,
     /// Its newest operation of any group waits.
