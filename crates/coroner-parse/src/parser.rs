@@ -478,7 +478,7 @@ fn glog_line(g: &glog::Glog<'_>, ks: &mut Vec<EventKind>) {
             ks.push(EventKind::ErrorLine { message: body.to_string() });
         }
         b'W' => {
-            if failures::has_failure_phrase(body) {
+            if failures::has_failure_phrase(body) || failures::collective_abort(body) {
                 ks.push(EventKind::ErrorLine { message: body.to_string() });
             } else {
                 ks.push(EventKind::Warning { message: body.to_string() });

@@ -40,7 +40,15 @@ pub(crate) fn exc_header(t: &str) -> Option<(&str, &str)> {
     if !(first.is_ascii_alphabetic() || first == b'_') {
         return None;
     }
-    let n = b.iter().take(256).take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'.').count();
+    let mut n = b.iter().take(256).take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'.').count();
+    // Ray re-raises a task's exception as `RayTaskError(OutOfMemoryError): ray::f() (pid=...)`:
+    // the cause's type in parentheses is part of the type.
+    if b.get(n) == Some(&b'(') {
+        let cause = b[n + 1..].iter().take(128).take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'.').count();
+        if cause > 0 && b.get(n + 1 + cause) == Some(&b')') && b.get(n + 2 + cause) == Some(&b':') {
+            n += cause + 2;
+        }
+    }
     let ty = &t[..n];
     if ty.ends_with('.') {
         return None;
@@ -442,5 +450,12 @@ mod tests {
         assert_eq!(exc_header("During handling of the above exception"), None);
         assert_eq!(exc_header("XXX:431:2239 [1] include/topo.h:27 NCCL WARN x"), None);
         assert_eq!(exc_header("RuntimeError:CUDA out of memory."), Some(("RuntimeError", "CUDA out of memory.")));
+        // Ray's wrapper names the task's own exception type in parentheses.
+        assert_eq!(
+            exc_header("ray.exceptions.RayTaskError(OutOfMemoryError): ray::Runner.run() (pid=104449, ip=10.130.71.7)"),
+            Some(("ray.exceptions.RayTaskError(OutOfMemoryError)", "ray::Runner.run() (pid=104449, ip=10.130.71.7)"))
+        );
+        // A call on a line of its own is not an exception.
+        assert_eq!(exc_header("main(args)"), None);
     }
 }
