@@ -76,7 +76,15 @@ fn from_events<'a>(rank: Rank, job: &ClassifiedJob<'a>) -> Option<Finding<'a>> {
 
 fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Option<Finding<'a>> {
     let end = evidence.end_of(rank)?;
-    let verdict = rules.classify_end(end);
+    let mut verdict = rules.classify_end(end);
+    // SIGABRT is read as PyTorch's watchdog taking a process down after a timeout; with no
+    // timeout or watchdog line anywhere in the job, and none of its own, it is the process's own
+    // abort (an uncaught C++ exception, a failed check): a native crash first-hand.
+    if verdict.role == Role::Symptom && end.signal == Some(6) && !job.events(rank).iter().any(|c| c.role == Role::Symptom) && !any_watchdog(job) {
+        if let Some(rule) = rules.get(OWN_ABORT_RULE) {
+            verdict = crate::rules::Verdict { rule: Some(rule), role: rule.role };
+        }
+    }
     if verdict.role != Role::Root {
         return None;
     }
@@ -100,6 +108,17 @@ fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, 
         events: Vec::new(),
         from_end: Some(end.cause().describe()),
         undated: host_ns.is_none(),
+    })
+}
+
+/// The rule read for a SIGABRT that no watchdog explains (never matched in order: the watchdog's
+/// reading of `signal 6` comes first).
+const OWN_ABORT_RULE: &str = "own-abort-signal";
+
+/// Whether any rank shows a collective or transport timeout, or a watchdog taking it down.
+fn any_watchdog(job: &ClassifiedJob<'_>) -> bool {
+    job.ranks.values().flatten().any(|c| {
+        c.is_wait_timeout() || matches!(c.event.kind, EventKind::WatchdogAbort { .. } | EventKind::HeartbeatStuck { .. } | EventKind::DumpSignal { .. } | EventKind::PgStatus { .. })
     })
 }
 
@@ -130,6 +149,41 @@ pub fn alive_when_peers_gave_up(rank: Rank, evidence: &JobEvidence, job: &Classi
 mod tests {
     use crate::{analyze, JobEvidence, RuleSet};
     use coroner_model::{Event, EventKind, LineRef, ProcessEnd, Rank, Stream};
+
+    fn ended(ev: &mut JobEvidence, rank: u32, signal: i32) {
+        ev.ends.push(ProcessEnd { rank: Rank(rank), exit_code: None, signal: Some(signal), at_ns: Some(1_000) });
+    }
+
+    /// The launcher stopped three workers with SIGTERM after the fourth aborted: with no timeout
+    /// anywhere the abort is that worker's own crash, not a watchdog's.
+    #[test]
+    fn an_abort_no_watchdog_explains_is_a_native_crash_of_that_rank() {
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
+        for r in 0..3 {
+            ended(&mut ev, r, 15);
+        }
+        ended(&mut ev, 3, 6);
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!((f.rank, f.class), (Some(Rank(3)), coroner_model::FaultClass::Segfault));
+    }
+
+    /// The same abort after a peer's watchdog timed out is the watchdog's clean-up.
+    #[test]
+    fn an_abort_after_a_watchdog_timeout_is_not_a_crash() {
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(2), finished: true, ..Default::default() };
+        ev.rank_mut(Rank(0)).push(Event {
+            rank: Some(Rank(0)),
+            line: LineRef { stream: Stream::Stderr, seq: 0 },
+            capture_ns: 500,
+            printed_ns: None,
+            kind: EventKind::WatchdogAbort { pg: None },
+            text: "[Rank 0] To avoid data inconsistency, we are taking the entire process down.".into(),
+        });
+        ended(&mut ev, 0, 6);
+        ended(&mut ev, 1, 6);
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure;
+        assert!(f.as_ref().is_none_or(|f| f.class != coroner_model::FaultClass::Segfault), "{f:?}");
+    }
 
     /// Found by fuzzing the ingest messages: two root events of one rank at opposite ends of the
     /// time range (capture times come from the wire) overflowed the same-failure window.

@@ -149,7 +149,9 @@ impl Traceback {
             return false;
         }
         if self.prefixed {
-            return glog::parse(t).is_none() && !starts_with_date(t);
+            // A logging record (a launcher's `ERROR:torch.distributed.elastic...: failed`) is
+            // never part of an exception's message.
+            return glog::parse(t).is_none() && !starts_with_date(t) && crate::failures::pylog(t).is_none();
         }
         let b0 = t.as_bytes()[0];
         b0 == b' ' || b0 == b'\t' || self.last_was_last_error || CONT_STARTS.iter().any(|p| t.starts_with(p))

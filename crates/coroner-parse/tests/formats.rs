@@ -290,3 +290,23 @@ fn throughput() {
     let secs = start.elapsed().as_secs_f64();
     println!("{:.1} MB/s ({} bytes x {reps}, {events} events)", (bytes * reps) as f64 / secs / 1e6, bytes);
 }
+
+#[test]
+fn a_launcher_record_after_a_wrapped_traceback_is_the_launchers_not_the_message() {
+    // `accelerate test` prints its child's output under `stderr: `: the traceback's message ends
+    // where the elastic agent's record begins.
+    let evs = run(
+        None,
+        &[
+            "stderr: Traceback (most recent call last):",
+            "stderr:   File \"/opt/x/distributed_c10d.py\", line 2060, in all_gather",
+            "stderr:     work = default_pg.allgather([tensor_list], [tensor])",
+            "stderr: RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:47, unhandled cuda error, NCCL version 21.0.3",
+            "stderr: ncclUnhandledCudaError: Call to CUDA function failed.",
+            "stderr: ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 227) of binary: /opt/anaconda3/bin/python",
+        ],
+    );
+    let EventKind::Exception { message, .. } = &evs[0].kind else { panic!("{:?}", names(&evs)) };
+    assert!(message.ends_with("ncclUnhandledCudaError: Call to CUDA function failed."), "{message}");
+    assert!(evs.iter().any(|e| matches!(&e.kind, EventKind::LauncherWorkerFailed(f) if f.local_rank == Some(0) && f.exit_code == Some(1))), "{:?}", names(&evs));
+}
