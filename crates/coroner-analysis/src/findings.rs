@@ -185,6 +185,25 @@ mod tests {
         assert!(f.as_ref().is_none_or(|f| f.class != coroner_model::FaultClass::Segfault), "{f:?}");
     }
 
+    /// Ray reports a worker's death, then the driver re-raises the failed task as a bare
+    /// `RayTaskError(RuntimeError)`: the death is the failure, the re-raise its consequence.
+    #[test]
+    fn a_ray_worker_death_outranks_the_drivers_re_raise_that_follows() {
+        let line = |at: i64, seq: u64, message: &str| Event {
+            rank: Some(Rank(0)),
+            line: LineRef { stream: Stream::Stderr, seq },
+            capture_ns: at,
+            printed_ns: None,
+            kind: EventKind::ErrorLine { message: message.into() },
+            text: message.into(),
+        };
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: None, finished: true, ..Default::default() };
+        ev.rank_mut(Rank(0)).push(line(1_000, 0, "worker.py:1829 -- A worker died or was killed while executing a task by an unexpected system error."));
+        ev.rank_mut(Rank(0)).push(line(38_000_000, 1, "ray.exceptions.RayTaskError(RuntimeError): ray::TrainTrainable.train() (pid=1876)"));
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!(f.class, coroner_model::FaultClass::Killed);
+    }
+
     /// Found by fuzzing the ingest messages: two root events of one rank at opposite ends of the
     /// time range (capture times come from the wire) overflowed the same-failure window.
     #[test]

@@ -218,6 +218,10 @@ mod tests {
         assert_eq!(cut("/opt/conda/lib/python3.10/site-packages/torch/distributed/launcher/api.py"), Role::Symptom);
         assert_eq!(cut("/usr/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py"), Role::Symptom);
         assert_eq!(cut("/home/u/train.py"), Role::Root);
+        // A CUDA error thrown from C++ with no Python frame to catch it aborts the process (the
+        // `terminate called ... what():` pair); raised into Python it stays an exception.
+        assert_eq!(class("error_line", "c10::Error: CUDA error: initialization error"), Some(FaultClass::Segfault));
+        assert_eq!(class("exception", "RuntimeError: CUDA error: initialization error"), Some(FaultClass::PythonException));
     }
 
     #[test]

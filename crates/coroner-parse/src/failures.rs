@@ -275,9 +275,12 @@ fn strongest(t: &str) -> Option<Act> {
 }
 
 /// Whether a record logged below ERROR reports an error all the same: it says so ("Error
-/// reported to Coordinator", "Error recorded from training_loop") and holds a failure phrase.
+/// reported to Coordinator", "Error recorded from training_loop") and holds a failure phrase, or
+/// it reports a process's death (Ray logs `A worker died or was killed while executing a task by
+/// an unexpected system error` at WARNING).
 pub fn reports_an_error(msg: &str) -> bool {
     (msg.contains("Error reported") || msg.contains("Error recorded") || msg.contains("rror:")) && has_failure_phrase(msg)
+        || msg.contains("A worker died or was killed while executing")
 }
 
 /// Whether a message holds a failure phrase (used to upgrade glog warnings such as Horovod's stall).
@@ -395,6 +398,14 @@ mod tests {
         assert!(!collective_abort("BaseCollectiveExecutor::StartAbort Out of range: End of sequence"));
         assert!(!collective_abort("BaseCollectiveExecutor::StartAbort Cancelled: [_Derived_]Cancelled"));
         assert!(!collective_abort("Invalid argument: no abort here"));
+    }
+
+    #[test]
+    fn a_warning_that_reports_a_death_or_an_error_is_an_error() {
+        assert!(reports_an_error("A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the problem, check the logs for the dead worker."));
+        assert!(reports_an_error("Error reported to Coordinator: <class 'InvalidArgumentError'>, Tensor had NaN values"));
+        assert!(!reports_an_error("Error reported to Coordinator: nothing telling"));
+        assert!(!reports_an_error("worker 3 is slow"));
     }
 
     #[test]
