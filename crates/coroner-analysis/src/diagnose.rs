@@ -208,7 +208,7 @@ pub fn diagnose<'a>(
         return Diagnosis {
             verdict: Verdict::Failed,
             first: Some(FirstFinding {
-                rank: None,
+                rank: p.named,
                 candidates: p.candidates,
                 class: p.class,
                 confidence: p.confidence,

@@ -375,6 +375,7 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
         Some(Act::Error) => {
             out.push(EventKind::ErrorLine { message: t.trim().to_string() });
             c10d::specific(t, out);
+            out.extend(crate::coordination::lost_task(t));
         }
         Some(Act::Warn) => out.push(EventKind::Warning { message: t.trim().to_string() }),
         // `init.cc:1247 NCCL WARN ...` without NCCL's `host:pid:tid [dev]` header (pasted, cut).

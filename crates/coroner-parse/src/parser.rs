@@ -476,6 +476,7 @@ fn glog_line(g: &glog::Glog<'_>, ks: &mut Vec<EventKind>) {
     match g.level {
         b'E' | b'F' if !GLOG_NOISE.iter().any(|n| body.contains(n)) => {
             ks.push(EventKind::ErrorLine { message: body.to_string() });
+            ks.extend(crate::coordination::lost_task(body));
         }
         b'W' => {
             if failures::has_failure_phrase(body) || failures::collective_abort(body) {
