@@ -98,7 +98,7 @@ fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, 
         return None;
     }
     let rank_ev = evidence.ranks.get(&rank);
-    let host_ns = end.at_ns.or(rank_ev.and_then(|r| r.last_capture_ns));
+    let host_ns = end.at_ns.or_else(|| reported_at(evidence, rank)).or(rank_ev.and_then(|r| r.last_capture_ns));
     Some(Finding {
         rank,
         class,
@@ -109,6 +109,20 @@ fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, 
         from_end: Some(end.cause().describe()),
         undated: host_ns.is_none(),
     })
+}
+
+/// When the launcher's failure table says the worker of global rank `rank` failed (its row's
+/// `time` field), for an end with no time of its own: with several agents' tables in one output,
+/// the rows' times order the failures across nodes.
+fn reported_at(evidence: &JobEvidence, rank: Rank) -> Option<Nanos> {
+    evidence
+        .unowned
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::LauncherWorkerFailed(f) if f.global_rank == Some(rank) => e.printed_ns,
+            _ => None,
+        })
+        .min()
 }
 
 /// The rule read for a SIGABRT that no watchdog explains (never matched in order: the watchdog's
@@ -202,6 +216,36 @@ mod tests {
         ev.rank_mut(Rank(0)).push(line(38_000_000, 1, "ray.exceptions.RayTaskError(RuntimeError): ray::TrainTrainable.train() (pid=1876)"));
         let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
         assert_eq!(f.class, coroner_model::FaultClass::Killed);
+    }
+
+    /// Two agents' failure tables in one output: each row's `time` dates its worker's end, so
+    /// the rank whose agent recorded the failure first failed first, whatever the rank numbers.
+    #[test]
+    fn failure_table_times_order_the_ends_of_ranks_without_lines() {
+        let row = |rank: u32, printed: i64| Event {
+            rank: None,
+            line: LineRef { stream: Stream::Stderr, seq: u64::from(rank) },
+            capture_ns: 9_000_000_000_000,
+            printed_ns: Some(printed),
+            kind: EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure {
+                global_rank: Some(Rank(rank)),
+                local_rank: None,
+                exit_code: Some(1),
+                signal: None,
+                pid: None,
+                host: None,
+                root_cause_row: true,
+            }),
+            text: "exitcode  : 1".into(),
+        };
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(8), finished: true, ..Default::default() };
+        ev.unowned.push(row(0, 1_685_832_352_000_000_000));
+        ev.unowned.push(row(4, 1_685_832_301_000_000_000));
+        for r in [0, 4] {
+            ev.ends.push(ProcessEnd { rank: Rank(r), exit_code: Some(1), signal: None, at_ns: None });
+        }
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!(f.rank, Some(Rank(4)));
     }
 
     /// Found by fuzzing the ingest messages: two root events of one rank at opposite ends of the
