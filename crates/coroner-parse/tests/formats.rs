@@ -182,8 +182,9 @@ fn kernel_slurm_and_dataloader_lines() {
             "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
         ],
     );
-    // srun's line is both the scheduler's word and task 3's end (under srun, rank 3).
-    assert_eq!(names(&evs), ["xid", "oom_kill", "launcher_worker_failed", "scheduler_end", "scheduler_end", "error_line"]);
+    // srun's line is both the scheduler's word and task 3's end (under srun, rank 3). The
+    // repeated error line passes again (up to three times: a recurring error is evidence).
+    assert_eq!(names(&evs), ["xid", "oom_kill", "launcher_worker_failed", "scheduler_end", "scheduler_end", "error_line", "error_line"]);
     assert!(evs[0].printed_ns.is_some());
     assert!(evs[4].printed_ns.is_some());
 }
@@ -309,4 +310,15 @@ fn a_launcher_record_after_a_wrapped_traceback_is_the_launchers_not_the_message(
     let EventKind::Exception { message, .. } = &evs[0].kind else { panic!("{:?}", names(&evs)) };
     assert!(message.ends_with("ncclUnhandledCudaError: Call to CUDA function failed."), "{message}");
     assert!(evs.iter().any(|e| matches!(&e.kind, EventKind::LauncherWorkerFailed(f) if f.local_rank == Some(0) && f.exit_code == Some(1))), "{:?}", names(&evs));
+}
+
+#[test]
+fn an_error_line_logged_again_and_again_passes_three_times_then_is_folded() {
+    let line = "2025-02-10 16:43:46.372262: E external/xla/xla/stream_executor/cuda/cuda_timer.cc:86] Delay kernel timed out: measured time has sub-optimal accuracy.";
+    let evs = run(None, &[line; 6]);
+    assert_eq!(evs.iter().filter(|e| matches!(e.kind, EventKind::ErrorLine { .. })).count(), 3, "{:?}", names(&evs));
+    // A warning is still told once.
+    let w = "2025-02-10 16:43:46.372262: W external/x.cc:1] slow";
+    let evs = run(None, &[w; 4]);
+    assert_eq!(evs.iter().filter(|e| matches!(e.kind, EventKind::Warning { .. })).count(), 1);
 }
