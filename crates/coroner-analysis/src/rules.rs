@@ -222,6 +222,11 @@ mod tests {
         // `terminate called ... what():` pair); raised into Python it stays an exception.
         assert_eq!(class("error_line", "c10::Error: CUDA error: initialization error"), Some(FaultClass::Segfault));
         assert_eq!(class("exception", "RuntimeError: CUDA error: initialization error"), Some(FaultClass::PythonException));
+        // Loading a checkpoint that does not fit: raised inside load_state_dict, or accelerate's
+        // loader refusing a weight of another shape.
+        let ckpt = Some(FaultClass::CheckpointMismatch);
+        assert_eq!(class("error_line", "raised while loading a state_dict into the model (load_state_dict): RuntimeError: inconsistent tensor size"), ckpt);
+        assert_eq!(class("exception", "ValueError: Trying to set a tensor of shape torch.Size([152064, 3584]) in \"weight\""), ckpt);
     }
 
     #[test]

@@ -65,6 +65,10 @@ pub(crate) fn exc_header(t: &str) -> Option<(&str, &str)> {
     Some((ty, m.strip_prefix(' ').unwrap_or(m)))
 }
 
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
 fn starts_with_date(t: &str) -> bool {
     let b = t.as_bytes();
     b.len() >= 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[7] == b'-'
@@ -252,6 +256,12 @@ impl Traceback {
         };
         let mut specific = Vec::new();
         c10d::specific(&self.message, &mut specific);
+        // Raised inside `load_state_dict`: whatever its words (an old PyTorch's `inconsistent
+        // tensor size`, a caught-and-rethrown error), the checkpoint did not fit the model.
+        if self.frames.iter().any(|f| matches!(f.function.as_str(), "load_state_dict" | "_load_from_state_dict")) {
+            let what = format!("{exc_type}: {}", first_line(&self.message));
+            specific.push(EventKind::ErrorLine { message: format!("raised while loading a state_dict into the model (load_state_dict): {what}") });
+        }
         out.push(self.origin.event(EventKind::Exception { exc_type, message: self.message, frames: self.frames }, self.final_text.clone()));
         for k in specific {
             out.push(self.origin.event(k, self.final_text.clone()));

@@ -322,3 +322,23 @@ fn an_error_line_logged_again_and_again_passes_three_times_then_is_folded() {
     let evs = run(None, &[w; 4]);
     assert_eq!(evs.iter().filter(|e| matches!(e.kind, EventKind::Warning { .. })).count(), 1);
 }
+
+#[test]
+fn an_exception_raised_inside_load_state_dict_says_so_whatever_its_words() {
+    let evs = run(
+        None,
+        &[
+            "Traceback (most recent call last):",
+            "  File \"training.py\", line 48, in init",
+            "    model = tools.pick_model(args, dicts)",
+            "  File \"C:\\ProgramData\\Anaconda3\\lib\\site-packages\\torch\\nn\\modules\\module.py\", line 487, in load_state_dict",
+            "    own_state[name].copy_(param)",
+            "RuntimeError: inconsistent tensor size, expected tensor [51919 x 100] and src [51920 x 100] to have the same number of elements",
+        ],
+    );
+    assert_eq!(names(&evs), ["exception", "error_line"]);
+    assert!(evs[1].kind.message().starts_with("raised while loading a state_dict into the model (load_state_dict): RuntimeError: inconsistent tensor size"));
+    // The same error raised elsewhere is only the exception.
+    let evs = run(None, &["Traceback (most recent call last):", "  File \"t.py\", line 3, in step", "    x.copy_(y)", "RuntimeError: inconsistent tensor size"]);
+    assert_eq!(names(&evs), ["exception"]);
+}
