@@ -120,7 +120,14 @@ mod tests {
         let r = ev.rank_mut(Rank(0));
         for seq in 0..times {
             let at = 1_000_000_000 * seq as i64;
-            r.push(Event { rank: Some(Rank(0)), line: LineRef { stream: Stream::Stderr, seq }, capture_ns: at, printed_ns: None, kind: EventKind::ErrorLine { message: message.into() }, text: message.into() });
+            r.push(Event {
+                rank: Some(Rank(0)),
+                line: LineRef { stream: Stream::Stderr, seq },
+                capture_ns: at,
+                printed_ns: None,
+                kind: EventKind::ErrorLine { message: message.into() },
+                text: message.into(),
+            });
         }
         r.lines = times;
         ev

@@ -132,7 +132,11 @@ const OWN_ABORT_RULE: &str = "own-abort-signal";
 /// Whether any rank shows a collective or transport timeout, or a watchdog taking it down.
 fn any_watchdog(job: &ClassifiedJob<'_>) -> bool {
     job.ranks.values().flatten().any(|c| {
-        c.is_wait_timeout() || matches!(c.event.kind, EventKind::WatchdogAbort { .. } | EventKind::HeartbeatStuck { .. } | EventKind::DumpSignal { .. } | EventKind::PgStatus { .. })
+        c.is_wait_timeout()
+            || matches!(
+                c.event.kind,
+                EventKind::WatchdogAbort { .. } | EventKind::HeartbeatStuck { .. } | EventKind::DumpSignal { .. } | EventKind::PgStatus { .. }
+            )
     })
 }
 

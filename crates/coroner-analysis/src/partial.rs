@@ -78,10 +78,18 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &P
         if !std::ptr::eq(said.event, first.event) {
             events.insert(1, said.event);
         }
-        let summary = format!("the culprit is not in these logs: {what}; the one that went away, as the others name it: rank {named} ({})", missing_ranks(evidence));
+        let summary =
+            format!("the culprit is not in these logs: {what}; the one that went away, as the others name it: rank {named} ({})", missing_ranks(evidence));
         return Some(PartialFinding { class, summary, events, confidence: 0.5, candidates: vec![named], named: Some(named) });
     }
-    Some(PartialFinding { class, summary: format!("the culprit is not in these logs: {what}{never}"), events, confidence: 0.5, candidates: missing(evidence), named: None })
+    Some(PartialFinding {
+        class,
+        summary: format!("the culprit is not in these logs: {what}{never}"),
+        events,
+        confidence: 0.5,
+        candidates: missing(evidence),
+        named: None,
+    })
 }
 
 /// The single rank the symptoms name as the peer that went away, if it has no lines of its own
@@ -147,7 +155,14 @@ mod tests {
     use coroner_model::{Event, EventKind, FaultClass, LineRef, PeerRef, Rank, Stream};
 
     fn event(rank: u32, seq: u64, kind: EventKind, text: &str) -> Event {
-        Event { rank: Some(Rank(rank)), line: LineRef { stream: Stream::Stderr, seq }, capture_ns: 1_000 + seq as i64, printed_ns: None, kind, text: text.into() }
+        Event {
+            rank: Some(Rank(rank)),
+            line: LineRef { stream: Stream::Stderr, seq },
+            capture_ns: 1_000 + seq as i64,
+            printed_ns: None,
+            kind,
+            text: text.into(),
+        }
     }
 
     fn lost(rank: u32, task: u32) -> JobEvidence {
@@ -172,7 +187,8 @@ mod tests {
     /// different names name no one.
     #[test]
     fn only_one_silent_named_peer_is_named() {
-        let closed = |rank: u32, peer: u32| event(rank, 0, EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(Rank(peer))), transport: "coordination".into() }, "x");
+        let closed =
+            |rank: u32, peer: u32| event(rank, 0, EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(Rank(peer))), transport: "coordination".into() }, "x");
         let (a, b) = (closed(0, 5), closed(2, 6));
         let sym = |e| crate::classified::Classified { event: e, rule: None, role: coroner_model::Role::Symptom, aligned_ns: 0 };
         let mut ev = JobEvidence::default();

@@ -193,7 +193,10 @@ mod tests {
         let class = |kind: &str, message: &str| rules.classify_parts(kind, message).class();
         let oom = Some(FaultClass::CudaOom);
         // vLLM V1's start-up check, XLA's allocator status, TF/XLA's status hard-wrapped after `Out`.
-        assert_eq!(class("error_line", "ValueError: Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9, 3.6 GiB)."), oom);
+        assert_eq!(
+            class("error_line", "ValueError: Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9, 3.6 GiB)."),
+            oom
+        );
         assert_eq!(class("error_line", "Original error: RESOURCE_EXHAUSTED: Failed to allocate request for 176.00MiB (184549376B) on device ordinal 0"), oom);
         assert_eq!(class("error_line", "Execution of replica 0 failed: Resource exhausted: Out"), oom);
         assert_eq!(class("exception", "ray.exceptions.RayTaskError(OutOfMemoryError): ray::Runner.run() (pid=104449)"), oom);

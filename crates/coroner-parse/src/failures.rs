@@ -292,7 +292,8 @@ pub fn has_failure_phrase(t: &str) -> bool {
 /// `BaseCollectiveExecutor::StartAbort Invalid argument: var and grad do not have the same shape`.
 /// `Out of range` (the end of a dataset) and `Cancelled` are how a normal epoch or shutdown ends.
 pub fn collective_abort(body: &str) -> bool {
-    const FAILING: [&str; 8] = ["Invalid argument", "Resource exhausted", "Internal", "Unavailable", "Failed precondition", "Unknown", "Not found", "Data loss"];
+    const FAILING: [&str; 8] =
+        ["Invalid argument", "Resource exhausted", "Internal", "Unavailable", "Failed precondition", "Unknown", "Not found", "Data loss"];
     body.find("StartAbort ").is_some_and(|at| {
         let status = &body[at + "StartAbort ".len()..];
         FAILING.iter().any(|c| status.starts_with(c) && status[c.len()..].starts_with(':'))
@@ -444,7 +445,10 @@ mod tests {
                 "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 14447) of binary:",
                 Some((Level::Error, "failed (exitcode: -9) local_rank: 0 (pid: 14447) of binary:")),
             ),
-            ("torch.distributed.run: [WARNING] master_addr is only used for static rdzv_backend", Some((Level::Warning, "master_addr is only used for static rdzv_backend"))),
+            (
+                "torch.distributed.run: [WARNING] master_addr is only used for static rdzv_backend",
+                Some((Level::Warning, "master_addr is only used for static rdzv_backend")),
+            ),
             ("epoch 3: [12/40] loss 0.1", None),
             ("RuntimeError: x", None),
             ("   INFO is not a record", None),

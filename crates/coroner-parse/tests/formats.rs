@@ -309,12 +309,17 @@ fn a_launcher_record_after_a_wrapped_traceback_is_the_launchers_not_the_message(
     );
     let EventKind::Exception { message, .. } = &evs[0].kind else { panic!("{:?}", names(&evs)) };
     assert!(message.ends_with("ncclUnhandledCudaError: Call to CUDA function failed."), "{message}");
-    assert!(evs.iter().any(|e| matches!(&e.kind, EventKind::LauncherWorkerFailed(f) if f.local_rank == Some(0) && f.exit_code == Some(1))), "{:?}", names(&evs));
+    assert!(
+        evs.iter().any(|e| matches!(&e.kind, EventKind::LauncherWorkerFailed(f) if f.local_rank == Some(0) && f.exit_code == Some(1))),
+        "{:?}",
+        names(&evs)
+    );
 }
 
 #[test]
 fn an_error_line_logged_again_and_again_passes_three_times_then_is_folded() {
-    let line = "2025-02-10 16:43:46.372262: E external/xla/xla/stream_executor/cuda/cuda_timer.cc:86] Delay kernel timed out: measured time has sub-optimal accuracy.";
+    let line =
+        "2025-02-10 16:43:46.372262: E external/xla/xla/stream_executor/cuda/cuda_timer.cc:86] Delay kernel timed out: measured time has sub-optimal accuracy.";
     let evs = run(None, &[line; 6]);
     assert_eq!(evs.iter().filter(|e| matches!(e.kind, EventKind::ErrorLine { .. })).count(), 3, "{:?}", names(&evs));
     // A warning is still told once.
@@ -339,6 +344,7 @@ fn an_exception_raised_inside_load_state_dict_says_so_whatever_its_words() {
     assert_eq!(names(&evs), ["exception", "error_line"]);
     assert!(evs[1].kind.message().starts_with("raised while loading a state_dict into the model (load_state_dict): RuntimeError: inconsistent tensor size"));
     // The same error raised elsewhere is only the exception.
-    let evs = run(None, &["Traceback (most recent call last):", "  File \"t.py\", line 3, in step", "    x.copy_(y)", "RuntimeError: inconsistent tensor size"]);
+    let evs =
+        run(None, &["Traceback (most recent call last):", "  File \"t.py\", line 3, in step", "    x.copy_(y)", "RuntimeError: inconsistent tensor size"]);
     assert_eq!(names(&evs), ["exception"]);
 }
