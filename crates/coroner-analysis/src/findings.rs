@@ -252,6 +252,29 @@ mod tests {
         assert_eq!(f.rank, Some(Rank(4)));
     }
 
+    /// Slurm's output file (a log of no rank) reports the step's OOM kill; srun pins it on task 0,
+    /// which has no log: the kill is task 0's.
+    #[test]
+    fn a_kill_a_log_of_no_rank_reports_is_the_one_rank_the_launcher_names_killed() {
+        let unknown = Rank::unknown(0);
+        let line = "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.0.";
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: None, finished: true, ..Default::default() };
+        let r = ev.rank_mut(unknown);
+        r.push(Event {
+            rank: Some(unknown),
+            line: LineRef { stream: Stream::Stdout, seq: 0 },
+            capture_ns: 1_000,
+            printed_ns: None,
+            kind: EventKind::OomKill { pid: None, process: None },
+            text: line.into(),
+        });
+        r.lines = 1;
+        ended(&mut ev, 0, 9);
+        ev.ends.last_mut().expect("an end").at_ns = None;
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!((f.rank, f.class), (Some(Rank(0)), coroner_model::FaultClass::Killed));
+    }
+
     /// Found by fuzzing the ingest messages: two root events of one rank at opposite ends of the
     /// time range (capture times come from the wire) overflowed the same-failure window.
     #[test]
