@@ -113,6 +113,15 @@ pub fn diagnose<'a>(
         let mut confidence = first.confidence;
         let mut note = None;
         let mut chosen = *first;
+        // A kill that a log of no rank reports (Slurm's `Detected 1 oom-kill event(s) in StepId=...`,
+        // the step's cgroup speaking) is the kill the launcher pins on one rank (`srun: error: node:
+        // task 0: Out Of Memory`), which has no time of its own: that rank, at the log's time.
+        let named_kill = if first.rank.is_unknown() && first.class == FaultClass::Killed { the_one_undated_kill(&pool) } else { None };
+        let merged;
+        if let Some(victim) = named_kill {
+            merged = Finding { rank: victim.rank, rule: victim.rule.or(first.rule), ..(*first).clone() };
+            chosen = &merged;
+        }
         if let Some(second) = pool.get(1).filter(|s| !s.undated || first.undated) {
             if !clock.surely_before(Some(first.rank), first.aligned_ns, Some(second.rank), second.aligned_ns) {
                 // Too close to order by time: prefer the one that is not itself downstream of a
@@ -126,7 +135,8 @@ pub fn diagnose<'a>(
                 note = Some(format!("ranks {} and {} failed within the clocks' uncertainty; the order is not known from time alone", first.rank, second.rank));
             }
         }
-        let others = findings.iter().filter(|f| f.rank != chosen.rank).cloned().collect();
+        let merged_from = named_kill.map(|_| first.rank);
+        let others = findings.iter().filter(|f| f.rank != chosen.rank && Some(f.rank) != merged_from).cloned().collect();
         return Diagnosis { verdict: Verdict::Failed, first: Some(first_from(chosen, confidence, note)), other_roots: others };
     }
 
@@ -208,7 +218,7 @@ pub fn diagnose<'a>(
         return Diagnosis {
             verdict: Verdict::Failed,
             first: Some(FirstFinding {
-                rank: None,
+                rank: p.named,
                 candidates: p.candidates,
                 class: p.class,
                 confidence: p.confidence,
@@ -273,6 +283,13 @@ fn first_from<'a>(f: &Finding<'a>, confidence: f64, ordering_note: Option<String
         events: f.events.clone(),
         ordering_note,
     }
+}
+
+/// The one rank whose end alone says it was killed (no lines of its own, no time), if exactly one.
+fn the_one_undated_kill<'b, 'a>(pool: &[&'b Finding<'a>]) -> Option<&'b Finding<'a>> {
+    let mut kills = pool.iter().filter(|f| !f.rank.is_unknown() && f.class == FaultClass::Killed && f.undated && f.from_end.is_some());
+    let one = kills.next()?;
+    kills.next().is_none().then_some(*one)
 }
 
 fn first_line(s: &str) -> Option<String> {

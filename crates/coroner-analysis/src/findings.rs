@@ -76,7 +76,15 @@ fn from_events<'a>(rank: Rank, job: &ClassifiedJob<'a>) -> Option<Finding<'a>> {
 
 fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Option<Finding<'a>> {
     let end = evidence.end_of(rank)?;
-    let verdict = rules.classify_end(end);
+    let mut verdict = rules.classify_end(end);
+    // SIGABRT is read as PyTorch's watchdog taking a process down after a timeout; with no
+    // timeout or watchdog line anywhere in the job, and none of its own, it is the process's own
+    // abort (an uncaught C++ exception, a failed check): a native crash first-hand.
+    if verdict.role == Role::Symptom && end.signal == Some(6) && !job.events(rank).iter().any(|c| c.role == Role::Symptom) && !any_watchdog(job) {
+        if let Some(rule) = rules.get(OWN_ABORT_RULE) {
+            verdict = crate::rules::Verdict { rule: Some(rule), role: rule.role };
+        }
+    }
     if verdict.role != Role::Root {
         return None;
     }
@@ -90,7 +98,7 @@ fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, 
         return None;
     }
     let rank_ev = evidence.ranks.get(&rank);
-    let host_ns = end.at_ns.or(rank_ev.and_then(|r| r.last_capture_ns));
+    let host_ns = end.at_ns.or_else(|| reported_at(evidence, rank)).or(rank_ev.and_then(|r| r.last_capture_ns));
     Some(Finding {
         rank,
         class,
@@ -100,6 +108,35 @@ fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, 
         events: Vec::new(),
         from_end: Some(end.cause().describe()),
         undated: host_ns.is_none(),
+    })
+}
+
+/// When the launcher's failure table says the worker of global rank `rank` failed (its row's
+/// `time` field), for an end with no time of its own: with several agents' tables in one output,
+/// the rows' times order the failures across nodes.
+fn reported_at(evidence: &JobEvidence, rank: Rank) -> Option<Nanos> {
+    evidence
+        .unowned
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::LauncherWorkerFailed(f) if f.global_rank == Some(rank) => e.printed_ns,
+            _ => None,
+        })
+        .min()
+}
+
+/// The rule read for a SIGABRT that no watchdog explains (never matched in order: the watchdog's
+/// reading of `signal 6` comes first).
+const OWN_ABORT_RULE: &str = "own-abort-signal";
+
+/// Whether any rank shows a collective or transport timeout, or a watchdog taking it down.
+fn any_watchdog(job: &ClassifiedJob<'_>) -> bool {
+    job.ranks.values().flatten().any(|c| {
+        c.is_wait_timeout()
+            || matches!(
+                c.event.kind,
+                EventKind::WatchdogAbort { .. } | EventKind::HeartbeatStuck { .. } | EventKind::DumpSignal { .. } | EventKind::PgStatus { .. }
+            )
     })
 }
 
@@ -130,6 +167,113 @@ pub fn alive_when_peers_gave_up(rank: Rank, evidence: &JobEvidence, job: &Classi
 mod tests {
     use crate::{analyze, JobEvidence, RuleSet};
     use coroner_model::{Event, EventKind, LineRef, ProcessEnd, Rank, Stream};
+
+    fn ended(ev: &mut JobEvidence, rank: u32, signal: i32) {
+        ev.ends.push(ProcessEnd { rank: Rank(rank), exit_code: None, signal: Some(signal), at_ns: Some(1_000) });
+    }
+
+    /// The launcher stopped three workers with SIGTERM after the fourth aborted: with no timeout
+    /// anywhere the abort is that worker's own crash, not a watchdog's.
+    #[test]
+    fn an_abort_no_watchdog_explains_is_a_native_crash_of_that_rank() {
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
+        for r in 0..3 {
+            ended(&mut ev, r, 15);
+        }
+        ended(&mut ev, 3, 6);
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!((f.rank, f.class), (Some(Rank(3)), coroner_model::FaultClass::Segfault));
+    }
+
+    /// The same abort after a peer's watchdog timed out is the watchdog's clean-up.
+    #[test]
+    fn an_abort_after_a_watchdog_timeout_is_not_a_crash() {
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(2), finished: true, ..Default::default() };
+        ev.rank_mut(Rank(0)).push(Event {
+            rank: Some(Rank(0)),
+            line: LineRef { stream: Stream::Stderr, seq: 0 },
+            capture_ns: 500,
+            printed_ns: None,
+            kind: EventKind::WatchdogAbort { pg: None },
+            text: "[Rank 0] To avoid data inconsistency, we are taking the entire process down.".into(),
+        });
+        ended(&mut ev, 0, 6);
+        ended(&mut ev, 1, 6);
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure;
+        assert!(f.as_ref().is_none_or(|f| f.class != coroner_model::FaultClass::Segfault), "{f:?}");
+    }
+
+    /// Ray reports a worker's death, then the driver re-raises the failed task as a bare
+    /// `RayTaskError(RuntimeError)`: the death is the failure, the re-raise its consequence.
+    #[test]
+    fn a_ray_worker_death_outranks_the_drivers_re_raise_that_follows() {
+        let line = |at: i64, seq: u64, message: &str| Event {
+            rank: Some(Rank(0)),
+            line: LineRef { stream: Stream::Stderr, seq },
+            capture_ns: at,
+            printed_ns: None,
+            kind: EventKind::ErrorLine { message: message.into() },
+            text: message.into(),
+        };
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: None, finished: true, ..Default::default() };
+        ev.rank_mut(Rank(0)).push(line(1_000, 0, "worker.py:1829 -- A worker died or was killed while executing a task by an unexpected system error."));
+        ev.rank_mut(Rank(0)).push(line(38_000_000, 1, "ray.exceptions.RayTaskError(RuntimeError): ray::TrainTrainable.train() (pid=1876)"));
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!(f.class, coroner_model::FaultClass::Killed);
+    }
+
+    /// Two agents' failure tables in one output: each row's `time` dates its worker's end, so
+    /// the rank whose agent recorded the failure first failed first, whatever the rank numbers.
+    #[test]
+    fn failure_table_times_order_the_ends_of_ranks_without_lines() {
+        let row = |rank: u32, printed: i64| Event {
+            rank: None,
+            line: LineRef { stream: Stream::Stderr, seq: u64::from(rank) },
+            capture_ns: 9_000_000_000_000,
+            printed_ns: Some(printed),
+            kind: EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure {
+                global_rank: Some(Rank(rank)),
+                local_rank: None,
+                exit_code: Some(1),
+                signal: None,
+                pid: None,
+                host: None,
+                root_cause_row: true,
+            }),
+            text: "exitcode  : 1".into(),
+        };
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(8), finished: true, ..Default::default() };
+        ev.unowned.push(row(0, 1_685_832_352_000_000_000));
+        ev.unowned.push(row(4, 1_685_832_301_000_000_000));
+        for r in [0, 4] {
+            ev.ends.push(ProcessEnd { rank: Rank(r), exit_code: Some(1), signal: None, at_ns: None });
+        }
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!(f.rank, Some(Rank(4)));
+    }
+
+    /// Slurm's output file (a log of no rank) reports the step's OOM kill; srun pins it on task 0,
+    /// which has no log: the kill is task 0's.
+    #[test]
+    fn a_kill_a_log_of_no_rank_reports_is_the_one_rank_the_launcher_names_killed() {
+        let unknown = Rank::unknown(0);
+        let line = "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.0.";
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: None, finished: true, ..Default::default() };
+        let r = ev.rank_mut(unknown);
+        r.push(Event {
+            rank: Some(unknown),
+            line: LineRef { stream: Stream::Stdout, seq: 0 },
+            capture_ns: 1_000,
+            printed_ns: None,
+            kind: EventKind::OomKill { pid: None, process: None },
+            text: line.into(),
+        });
+        r.lines = 1;
+        ended(&mut ev, 0, 9);
+        ev.ends.last_mut().expect("an end").at_ns = None;
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!((f.rank, f.class), (Some(Rank(0)), coroner_model::FaultClass::Killed));
+    }
 
     /// Found by fuzzing the ingest messages: two root events of one rank at opposite ends of the
     /// time range (capture times come from the wire) overflowed the same-failure window.

@@ -8,7 +8,7 @@ use crate::classified::{Classified, ClassifiedJob};
 use crate::evidence::JobEvidence;
 use crate::hang::join;
 use crate::progress::Progress;
-use coroner_model::{Event, EventKind, FaultClass, Rank, Role};
+use coroner_model::{Event, EventKind, FaultClass, PeerRef, Rank, Role};
 
 #[derive(Debug, Clone)]
 pub struct PartialFinding<'a> {
@@ -18,6 +18,9 @@ pub struct PartialFinding<'a> {
     pub confidence: f64,
     /// The ranks whose logs are missing: the culprit is among them.
     pub candidates: Vec<Rank>,
+    /// The one rank the victims name as the peer that went away (a coordination service's task
+    /// set to ERROR, a connection closed by rank N), when that rank shows nothing of its own.
+    pub named: Option<Rank>,
 }
 
 /// What a symptom says about where the failure is.
@@ -71,7 +74,37 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: &P
     };
     let mut events = vec![first.event];
     events.extend(symptoms.iter().filter(|(r, _)| r != rank).map(|(_, c)| c.event).take(3));
-    Some(PartialFinding { class, summary: format!("the culprit is not in these logs: {what}{never}"), events, confidence: 0.5, candidates: missing(evidence) })
+    if let Some((named, said)) = named_peer(evidence, &symptoms) {
+        if !std::ptr::eq(said.event, first.event) {
+            events.insert(1, said.event);
+        }
+        let summary =
+            format!("the culprit is not in these logs: {what}; the one that went away, as the others name it: rank {named} ({})", missing_ranks(evidence));
+        return Some(PartialFinding { class, summary, events, confidence: 0.5, candidates: vec![named], named: Some(named) });
+    }
+    Some(PartialFinding {
+        class,
+        summary: format!("the culprit is not in these logs: {what}{never}"),
+        events,
+        confidence: 0.5,
+        candidates: missing(evidence),
+        named: None,
+    })
+}
+
+/// The single rank the symptoms name as the peer that went away, if it has no lines of its own
+/// (a rank that logged would show its own failure or progress; then the naming is not enough).
+fn named_peer<'a, 'b>(evidence: &JobEvidence, symptoms: &'b [(Rank, &'b Classified<'a>)]) -> Option<(Rank, &'b Classified<'a>)> {
+    let mut named = symptoms.iter().filter_map(|(r, c)| match &c.event.kind {
+        EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(x)), .. } if x != r => Some((*x, *c)),
+        _ => None,
+    });
+    let (first, said) = named.next()?;
+    if named.any(|(x, _)| x != first) {
+        return None;
+    }
+    let silent = evidence.ranks.get(&first).is_none_or(|ev| ev.lines == 0);
+    silent.then_some((first, said))
 }
 
 /// A launcher's report that a worker failed (or that it stopped the others): it says a worker
@@ -113,5 +146,55 @@ pub fn missing_ranks(evidence: &JobEvidence) -> String {
         }
         None if present.is_empty() => "no line names its rank, and the other ranks' logs are missing".to_string(),
         None => format!("only rank{} {} logged here; the other ranks' logs are missing", if present.len() == 1 { "" } else { "s" }, join(&present)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{analyze, JobEvidence, RuleSet};
+    use coroner_model::{Event, EventKind, FaultClass, LineRef, PeerRef, Rank, Stream};
+
+    fn event(rank: u32, seq: u64, kind: EventKind, text: &str) -> Event {
+        Event {
+            rank: Some(Rank(rank)),
+            line: LineRef { stream: Stream::Stderr, seq },
+            capture_ns: 1_000 + seq as i64,
+            printed_ns: None,
+            kind,
+            text: text.into(),
+        }
+    }
+
+    fn lost(rank: u32, task: u32) -> JobEvidence {
+        let line = format!("/job:jax_worker/replica:0/task:{task} has been set to ERROR in coordination service: UNAVAILABLE: Task heartbeat timeout.");
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: None, finished: true, ..Default::default() };
+        let r = ev.rank_mut(Rank(rank));
+        r.push(event(rank, 0, EventKind::ErrorLine { message: line.clone() }, &line));
+        r.push(event(rank, 0, EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(Rank(task))), transport: "coordination".into() }, &line));
+        r.lines = 1;
+        ev
+    }
+
+    /// The coordination service on rank 0 gave up on task 37, which logged nothing here: the
+    /// victims name the rank that went away.
+    #[test]
+    fn the_peer_the_victims_name_is_the_culprit_when_it_shows_nothing_of_its_own() {
+        let f = analyze(&lost(0, 37), &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!((f.rank, f.class), (Some(Rank(37)), FaultClass::Hang));
+    }
+
+    /// A named rank that logged lines of its own is not taken on the others' word, and two
+    /// different names name no one.
+    #[test]
+    fn only_one_silent_named_peer_is_named() {
+        let closed =
+            |rank: u32, peer: u32| event(rank, 0, EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(Rank(peer))), transport: "coordination".into() }, "x");
+        let (a, b) = (closed(0, 5), closed(2, 6));
+        let sym = |e| crate::classified::Classified { event: e, rule: None, role: coroner_model::Role::Symptom, aligned_ns: 0 };
+        let mut ev = JobEvidence::default();
+        assert_eq!(super::named_peer(&ev, &[(Rank(0), &sym(&a))]).map(|(r, _)| r), Some(Rank(5)));
+        assert!(super::named_peer(&ev, &[(Rank(0), &sym(&a)), (Rank(2), &sym(&b))]).is_none());
+        ev.rank_mut(Rank(5)).lines = 3;
+        assert!(super::named_peer(&ev, &[(Rank(0), &sym(&a))]).is_none());
     }
 }

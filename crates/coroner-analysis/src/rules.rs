@@ -188,6 +188,51 @@ mod tests {
     }
 
     #[test]
+    fn each_frameworks_wording_of_a_fault_gets_its_class() {
+        let rules = RuleSet::builtin();
+        let class = |kind: &str, message: &str| rules.classify_parts(kind, message).class();
+        let oom = Some(FaultClass::CudaOom);
+        // vLLM V1's start-up check, XLA's allocator status, TF/XLA's status hard-wrapped after `Out`.
+        assert_eq!(
+            class("error_line", "ValueError: Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9, 3.6 GiB)."),
+            oom
+        );
+        assert_eq!(class("error_line", "Original error: RESOURCE_EXHAUSTED: Failed to allocate request for 176.00MiB (184549376B) on device ordinal 0"), oom);
+        assert_eq!(class("error_line", "Execution of replica 0 failed: Resource exhausted: Out"), oom);
+        assert_eq!(class("exception", "ray.exceptions.RayTaskError(OutOfMemoryError): ray::Runner.run() (pid=104449)"), oom);
+        assert_eq!(
+            class("error_line", "BaseCollectiveExecutor::StartAbort Invalid argument: var and grad do not have the same shape[2,1536] [512,1536]"),
+            Some(FaultClass::ShapeMismatch)
+        );
+        // Not reaching the rendezvous store at all is a communication failure of its own; a store
+        // that went away later is a symptom.
+        for m in [
+            "[c10d] The client socket has timed out after 60s while trying to connect to (IP1, 2222).",
+            "torch.distributed.DistNetworkError: The client socket has timed out after 300000ms while trying to connect to (036c56dce41b, 41331).",
+            "RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.",
+        ] {
+            let v = rules.classify_parts(if m.starts_with('[') { "store_error" } else { "exception" }, m);
+            assert_eq!((v.role, v.class()), (Role::Root, Some(FaultClass::NcclError)), "{m}");
+        }
+        assert_eq!(rules.classify_parts("store_error", "[c10d] recvValue failed on SocketImpl: Connection reset by peer").role, Role::Symptom);
+        // A traceback cut before its exception line is a failure, except the launcher's own
+        // re-raise and a collective call's (the collective failed; its peers say why).
+        let cut = |file: &str| rules.classify_parts("error_line", &format!("a traceback cut before its exception line, last frame f ({file})")).role;
+        assert_eq!(cut("/opt/conda/lib/python3.10/site-packages/torch/distributed/launcher/api.py"), Role::Symptom);
+        assert_eq!(cut("/usr/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py"), Role::Symptom);
+        assert_eq!(cut("/home/u/train.py"), Role::Root);
+        // A CUDA error thrown from C++ with no Python frame to catch it aborts the process (the
+        // `terminate called ... what():` pair); raised into Python it stays an exception.
+        assert_eq!(class("error_line", "c10::Error: CUDA error: initialization error"), Some(FaultClass::Segfault));
+        assert_eq!(class("exception", "RuntimeError: CUDA error: initialization error"), Some(FaultClass::PythonException));
+        // Loading a checkpoint that does not fit: raised inside load_state_dict, or accelerate's
+        // loader refusing a weight of another shape.
+        let ckpt = Some(FaultClass::CheckpointMismatch);
+        assert_eq!(class("error_line", "raised while loading a state_dict into the model (load_state_dict): RuntimeError: inconsistent tensor size"), ckpt);
+        assert_eq!(class("exception", "ValueError: Trying to set a tensor of shape torch.Size([152064, 3584]) in \"weight\""), ckpt);
+    }
+
+    #[test]
     fn process_ends_are_classified_by_signal() {
         let rules = RuleSet::builtin();
         let end = |signal: Option<i32>, exit_code: Option<i32>| ProcessEnd { rank: coroner_model::Rank(0), exit_code, signal, at_ns: None };

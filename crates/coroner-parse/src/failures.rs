@@ -56,6 +56,17 @@ pub fn pylog(t: &str) -> Option<(Level, &str)> {
         let pad = r[word.len()..].bytes().take_while(|c| *c == b' ').count();
         return level_word_record(r).filter(|_| word.len() + pad >= 9);
     }
+    if first.is_ascii_lowercase() {
+        // `logger.name: [LEVEL] message`: PyTorch's elastic format with its leading
+        // `[timestamp] ` cut off (`torch.distributed.elastic.multiprocessing.api: [ERROR] failed ...`).
+        let at = t.get(..t.len().min(96))?.find(": [")?;
+        if !t[..at].bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.') {
+            return None;
+        }
+        let r = &t[at + 3..];
+        let close = r.find("] ")?;
+        return level_of(&r[..close]).map(|lvl| (lvl, &r[close + 2..]));
+    }
     let date_at = usize::from(first == b'[');
     let d = b.get(date_at..date_at + 10)?;
     if !(d[..4].iter().all(u8::is_ascii_digit) && d[4] == b'-' && d[7] == b'-') {
@@ -202,6 +213,8 @@ const PHRASES: &[(&str, Act)] = &[
     ("Ray killed this worker", Act::Error),
     ("received at time=", Act::Error),
     ("NCCL error", Act::Error),
+    // An XLA/absl status code: JAX's `Original error: RESOURCE_EXHAUSTED: Failed to allocate ...`.
+    ("RESOURCE_EXHAUSTED: ", Act::Error),
     ("ncclRemoteError", Act::Error),
     ("ncclSystemError", Act::Error),
     ("ncclInternalError", Act::Error),
@@ -262,14 +275,29 @@ fn strongest(t: &str) -> Option<Act> {
 }
 
 /// Whether a record logged below ERROR reports an error all the same: it says so ("Error
-/// reported to Coordinator", "Error recorded from training_loop") and holds a failure phrase.
+/// reported to Coordinator", "Error recorded from training_loop") and holds a failure phrase, or
+/// it reports a process's death (Ray logs `A worker died or was killed while executing a task by
+/// an unexpected system error` at WARNING).
 pub fn reports_an_error(msg: &str) -> bool {
     (msg.contains("Error reported") || msg.contains("Error recorded") || msg.contains("rror:")) && has_failure_phrase(msg)
+        || msg.contains("A worker died or was killed while executing")
 }
 
 /// Whether a message holds a failure phrase (used to upgrade glog warnings such as Horovod's stall).
 pub fn has_failure_phrase(t: &str) -> bool {
     strongest(t) == Some(Act::Error)
+}
+
+/// TensorFlow's collective executor aborting a step for an error (logged at W level):
+/// `BaseCollectiveExecutor::StartAbort Invalid argument: var and grad do not have the same shape`.
+/// `Out of range` (the end of a dataset) and `Cancelled` are how a normal epoch or shutdown ends.
+pub fn collective_abort(body: &str) -> bool {
+    const FAILING: [&str; 8] =
+        ["Invalid argument", "Resource exhausted", "Internal", "Unavailable", "Failed precondition", "Unknown", "Not found", "Data loss"];
+    body.find("StartAbort ").is_some_and(|at| {
+        let status = &body[at + "StartAbort ".len()..];
+        FAILING.iter().any(|c| status.starts_with(c) && status[c.len()..].starts_with(':'))
+    })
 }
 
 /// One of TensorFlow's root errors under `InvalidArgumentError: 2 root error(s) found.`:
@@ -298,6 +326,19 @@ fn tf_root_error(t: &str) -> Option<&str> {
     CODES.iter().any(|c| rest.starts_with(c) && rest[c.len()..].starts_with(':')).then(|| rest.trim_end())
 }
 
+/// An exception type's last dotted component, without Ray's `(CauseError)` suffix.
+fn short_type(ty: &str) -> &str {
+    let base = ty.split('(').next().unwrap_or(ty);
+    base.rsplit('.').next().unwrap_or(base)
+}
+
+/// Whether a type's name says it is an error (`...Error`, `...Exception`, `...Failure`, ...);
+/// Ray's `RayTaskError(OutOfMemoryError)` by either name.
+fn errorish_type(ty: &str) -> bool {
+    let named = |short: &str| ["Error", "Exception", "Interrupt", "Failure", "Exit", "Abort", "Aborted"].iter().any(|s| short.ends_with(s));
+    named(short_type(ty)) || ty.split_once('(').is_some_and(|(_, cause)| named(cause.trim_end_matches(')')))
+}
+
 /// A bare line (no glog or logging header): a kernel line, a `SomeError: message` line, or a
 /// failure phrase.
 pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
@@ -311,15 +352,17 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
         return true;
     }
     if let Some((ty, msg)) = exc_header(t) {
-        let short = ty.rsplit('.').next().unwrap_or(ty);
-        let errorish = ["Error", "Exception", "Interrupt", "Failure", "Exit", "Abort", "Aborted"].iter().any(|s| short.ends_with(s));
-        if errorish && !msg.is_empty() || (errorish && short.len() > 5 && t.trim() == ty) {
+        let errorish = errorish_type(ty);
+        // A wrapper that re-raises another exception with that exception's line as its message
+        // (JAX's `jax._src.traceback_util.UnfilteredStackTrace: jaxlib...XlaRuntimeError: ...`).
+        let wraps_one = !errorish && exc_header(msg).is_some_and(|(inner, m)| errorish_type(inner) && !m.is_empty());
+        if errorish && !msg.is_empty() || (errorish && short_type(ty).len() > 5 && t.trim() == ty) || wraps_one {
             out.push(EventKind::ErrorLine { message: t.trim_end().to_string() });
             // The type can be the telling part (`ncclSystemError: System call ... failed`).
             c10d::specific(t, out);
             return true;
         }
-        if short.ends_with("Warning") && !msg.is_empty() {
+        if short_type(ty).ends_with("Warning") && !msg.is_empty() {
             out.push(EventKind::Warning { message: t.trim_end().to_string() });
             return true;
         }
@@ -333,6 +376,7 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
         Some(Act::Error) => {
             out.push(EventKind::ErrorLine { message: t.trim().to_string() });
             c10d::specific(t, out);
+            out.extend(crate::coordination::lost_task(t));
         }
         Some(Act::Warn) => out.push(EventKind::Warning { message: t.trim().to_string() }),
         // `init.cc:1247 NCCL WARN ...` without NCCL's `host:pid:tid [dev]` header (pasted, cut).
@@ -348,6 +392,23 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_collective_abort_for_an_error_is_one_and_the_end_of_a_dataset_is_not() {
+        assert!(collective_abort("BaseCollectiveExecutor::StartAbort Invalid argument: var and grad do not have the same shape[2,1536] [512,1536]"));
+        assert!(collective_abort("BaseCollectiveExecutor::StartAbort Resource exhausted: OOM when allocating tensor"));
+        assert!(!collective_abort("BaseCollectiveExecutor::StartAbort Out of range: End of sequence"));
+        assert!(!collective_abort("BaseCollectiveExecutor::StartAbort Cancelled: [_Derived_]Cancelled"));
+        assert!(!collective_abort("Invalid argument: no abort here"));
+    }
+
+    #[test]
+    fn a_warning_that_reports_a_death_or_an_error_is_an_error() {
+        assert!(reports_an_error("A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the problem, check the logs for the dead worker."));
+        assert!(reports_an_error("Error reported to Coordinator: <class 'InvalidArgumentError'>, Tensor had NaN values"));
+        assert!(!reports_an_error("Error reported to Coordinator: nothing telling"));
+        assert!(!reports_an_error("worker 3 is slow"));
+    }
 
     #[test]
     fn tensorflow_root_errors_are_error_lines() {
@@ -380,6 +441,15 @@ mod tests {
                 Some((Level::Error, "Exception in worker VllmWorkerProcess while processing method")),
             ),
             ("INFO 04-06 00:55:21 [llm_engine.py:447] init engine", Some((Level::Info, "init engine"))),
+            (
+                "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 14447) of binary:",
+                Some((Level::Error, "failed (exitcode: -9) local_rank: 0 (pid: 14447) of binary:")),
+            ),
+            (
+                "torch.distributed.run: [WARNING] master_addr is only used for static rdzv_backend",
+                Some((Level::Warning, "master_addr is only used for static rdzv_backend")),
+            ),
+            ("epoch 3: [12/40] loss 0.1", None),
             ("RuntimeError: x", None),
             ("   INFO is not a record", None),
             ("2026-11-30 08:58:51,398 Something Else", None),
@@ -408,6 +478,10 @@ mod tests {
             "InvalidArgumentError: Incompatible shapes: [32,10] vs. [32,20]",
             "RuntimeError: The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 1",
             "Segmentation fault (core dumped)",
+            // A wrapper re-raising another exception, Ray's task error naming its cause, an XLA status.
+            "jax._src.traceback_util.UnfilteredStackTrace: jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 250000256 bytes.",
+            "ray.exceptions.RayTaskError(OutOfMemoryError): ray::Runner.run() (pid=104449, ip=10.130.71.7, actor_id=36b6798a692f88dfb0e149e301000000)",
+            "Original error: RESOURCE_EXHAUSTED: Failed to allocate request for 176.00MiB (184549376B) on device ordinal 0",
         ] {
             let k = kinds(t);
             assert!(matches!(k.first(), Some(EventKind::ErrorLine { .. })), "{t}: {k:?}");
@@ -416,6 +490,8 @@ mod tests {
         assert!(kinds("Search for `cudaErrorAssert' in https://docs.nvidia.com for more information.").is_empty());
         assert!(kinds("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.").is_empty());
         assert!(kinds("    main()").is_empty());
+        // A dotted name whose message is not an exception line is not a wrapper.
+        assert!(kinds("jax._src.xla_bridge: Unable to initialize backend 'tpu'").is_empty());
         let k = kinds("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer [127.0.0.1]:49353");
         assert!(matches!(k.as_slice(), [EventKind::ErrorLine { .. }, EventKind::ConnectionClosed { .. }]), "{k:?}");
     }

@@ -52,7 +52,32 @@ pub fn kubernetes(t: &str) -> Option<EventKind> {
                     && tt.split_whitespace().nth(1).is_some_and(|ready| ready.contains('/'))
         }
     };
-    said.then(|| EventKind::SchedulerEnd { message: format!("kubernetes: {tt}") })
+    if said {
+        return Some(EventKind::SchedulerEnd { message: format!("kubernetes: {tt}") });
+    }
+    operator_pod_exit(tt)
+}
+
+/// A training operator's event that a pod's container ended with a non-zero code (Kubeflow's
+/// `Error pod pytorch-simple-worker-0 container pytorch exitCode: 1 terminated message: ...`,
+/// `Pod: kubeflow.pytorch-simple-worker-0 exited with code 1`): the worker failed on its own.
+/// 137 and 143 (SIGKILL, SIGTERM from outside) are how Kubernetes stops a pod, read as such.
+fn operator_pod_exit(t: &str) -> Option<EventKind> {
+    let (pod, code) = if let Some(at) = t.find("Error pod ") {
+        let r = &t[at + "Error pod ".len()..];
+        let pod = r.split_whitespace().next()?;
+        (pod, inum_after(r, "exitCode:")?)
+    } else {
+        let at = t.find("Pod: ")?;
+        let r = &t[at + "Pod: ".len()..];
+        let pod = r.split_whitespace().next()?;
+        (pod, inum_after(r, " exited with code")?)
+    };
+    match code {
+        0 => None,
+        137 | 143 => Some(EventKind::SchedulerEnd { message: format!("kubernetes: pod {pod} exited with code {code}") }),
+        _ => Some(EventKind::ErrorLine { message: format!("kubernetes: pod {pod}'s container exited with code {code}") }),
+    }
 }
 
 /// Other launchers' one-line reports of a worker's end, wherever they sit in a line:
@@ -532,6 +557,12 @@ mod tests {
         for t in ["Reason:         Completed", "trainer-0   1/1   Running   0   9h", "Exit Code:    0", "evicted the cache"] {
             assert!(kubernetes(t).is_none(), "{t}");
         }
+        // The training operator's events of a pod's exit.
+        let ev = "1.708507856644096e+09\tDEBUG\tevents\tError pod pytorch-simple-worker-0 container pytorch exitCode: 1 terminated message: \t{\"type\": \"Warning\"}";
+        assert!(matches!(kubernetes(ev), Some(EventKind::ErrorLine { message }) if message.contains("pytorch-simple-worker-0") && message.ends_with("code 1")));
+        let ev = "1.7085078566441019e+09\tDEBUG\tevents\tPod: kubeflow.pytorch-simple-worker-0 exited with code 137\t{}";
+        assert!(matches!(kubernetes(ev), Some(EventKind::SchedulerEnd { .. })));
+        assert!(kubernetes("Pod: kubeflow.pytorch-simple-master-0 exited with code 0").is_none());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! error or a warning (the agent's queue keeps those first; the index stores it).
 
 pub mod c10d;
+pub mod coordination;
 pub mod failures;
 mod filer;
 pub mod glog;

@@ -30,6 +30,8 @@ pub const MAX_LINE: usize = 64 * 1024;
 const MAX_TEXT: usize = 16 * 1024;
 const MAX_DIAGNOSTICS: usize = 1000;
 const DEDUP_WINDOW: u64 = 10_000;
+/// How often an identical error line within the window becomes an event (see `fresh`).
+const ERROR_REPEATS: u32 = 3;
 
 /// Something worth knowing about the input that is not an event (never an error).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,7 +100,8 @@ pub struct RankParser {
     blocks: Vec<(Channel, Block)>,
     diagnostics: Vec<ParseDiagnostic>,
     seen_comms: Vec<String>,
-    recent: HashMap<u64, u64>,
+    /// Per message template: the line it was last seen on, and how often since it recurred.
+    recent: HashMap<u64, (u64, u32)>,
     lines: u64,
     scratch: Vec<EventKind>,
     /// The last bare line that made an `ErrorLine`, and when: the next lines of a run of the
@@ -417,12 +420,17 @@ impl RankParser {
         let h = template_hash(clip(msg, 4096)) ^ tag.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let now = self.lines;
         if self.recent.len() > 4096 {
-            self.recent.retain(|_, seen| now.saturating_sub(*seen) < DEDUP_WINDOW);
+            self.recent.retain(|_, (seen, _)| now.saturating_sub(*seen) < DEDUP_WINDOW);
         }
-        match self.recent.insert(h, now) {
-            Some(seen) => now.saturating_sub(seen) >= DEDUP_WINDOW,
-            None => true,
+        let (seen, times) = self.recent.entry(h).or_insert((now, 0));
+        if *times > 0 && now.saturating_sub(*seen) >= DEDUP_WINDOW {
+            *times = 0;
         }
+        *seen = now;
+        *times += 1;
+        // An error line passes up to `ERROR_REPEATS` times: that a process logs the same error
+        // again and again is itself evidence (it lived through it), which the analysis reads.
+        *times == 1 || tag == 2 && *times <= ERROR_REPEATS
     }
 }
 
@@ -476,9 +484,10 @@ fn glog_line(g: &glog::Glog<'_>, ks: &mut Vec<EventKind>) {
     match g.level {
         b'E' | b'F' if !GLOG_NOISE.iter().any(|n| body.contains(n)) => {
             ks.push(EventKind::ErrorLine { message: body.to_string() });
+            ks.extend(crate::coordination::lost_task(body));
         }
         b'W' => {
-            if failures::has_failure_phrase(body) {
+            if failures::has_failure_phrase(body) || failures::collective_abort(body) {
                 ks.push(EventKind::ErrorLine { message: body.to_string() });
             } else {
                 ks.push(EventKind::Warning { message: body.to_string() });

@@ -77,6 +77,20 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if !at_start {
         return None;
     }
+    // A reply quoting a log e-mail style: `> ` (or a bare `>` on an empty quoted line).
+    if s.first() == Some(&b'>') && s.get(1).is_none_or(|b| *b == b' ') {
+        return Some(s.len().min(2));
+    }
+    // A tool that captured a child's streams and prints each line under the stream's name
+    // (`accelerate test`, test runners): `stderr: ` / `stdout: `.
+    for tag in [&b"stderr: "[..], b"stdout: "] {
+        if s.starts_with(tag) {
+            return Some(tag.len());
+        }
+    }
+    if let Some(used) = task_runner_stamp(s) {
+        return Some(used);
+    }
     // RFC 3339 with a zone: `2025-04-06T07:55:21.108632509Z `.
     if s.len() > 21 && s[4] == b'-' && s[7] == b'-' && s[10] == b'T' && s[..4].iter().all(u8::is_ascii_digit) {
         let sp = s.iter().take(40).position(|b| *b == b' ')?;
@@ -138,6 +152,39 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
         }
     }
     None
+}
+
+/// A workflow runner's stamp before each line of a task's output (Metaflow):
+/// `2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee-a44c-...] ` - a date and time,
+/// the task's `run/step/task (pid N)` in brackets, then optionally an id in brackets.
+fn task_runner_stamp(s: &[u8]) -> Option<usize> {
+    let date = s.get(..11)?;
+    if !(date[..4].iter().all(u8::is_ascii_digit) && date[4] == b'-' && date[7] == b'-' && date[10] == b' ') {
+        return None;
+    }
+    let open = 11 + s.get(11..40)?.iter().position(|b| *b == b'[')?;
+    let time = &s[11..open];
+    if time.len() < 9 || !time.ends_with(b" ") || time[2] != b':' || !time[..time.len() - 1].iter().all(|b| b.is_ascii_digit() || matches!(b, b':' | b'.')) {
+        return None;
+    }
+    let close = open + memchr::memchr(b']', s.get(open..(open + 120).min(s.len()))?)?;
+    let task = &s[open + 1..close];
+    if !(task.ends_with(b")") && memchr::memmem::find(task, b" (pid ").is_some() && task.contains(&b'/')) {
+        return None;
+    }
+    let mut used = close + 1;
+    if s.get(used) == Some(&b' ') {
+        used += 1;
+    }
+    if s.get(used) == Some(&b'[') {
+        if let Some(end) = memchr::memchr(b']', &s[used..(used + 64).min(s.len())]) {
+            let id = &s[used + 1..used + end];
+            if !id.is_empty() && id.iter().all(|b| b.is_ascii_hexdigit() || *b == b'-') {
+                used += end + 1 + usize::from(s.get(used + end + 1) == Some(&b' '));
+            }
+        }
+    }
+    Some(used)
 }
 
 /// A Ray or vLLM actor's prefix: `(RayTrainWorker pid=43515) `, `(MeshHostWorker pid=10615,
@@ -276,6 +323,17 @@ mod tests {
         let line = b"\x1b[1;36m(VllmWorker rank=0 pid=13543)\x1b[0;0m INFO x";
         let p = split_rank_prefix(line);
         assert_eq!((p.global_rank, p.rest(line)), (Some(0), &b"INFO x"[..]));
+        // An e-mail style quote, a captured child's stream name, a workflow runner's task stamp.
+        let line = b"> [rank1]:[E131 16:15:16.707598872 ProcessGroupNCCL.cpp:1595] x";
+        let p = split_rank_prefix(line);
+        assert_eq!((p.global_rank, p.rest(line)), (Some(1), &b"[E131 16:15:16.707598872 ProcessGroupNCCL.cpp:1595] x"[..]));
+        assert_eq!(split_rank_prefix(b">").len, 1);
+        let line = b"stderr: RuntimeError: NCCL error in: x";
+        assert_eq!(split_rank_prefix(line).rest(line), b"RuntimeError: NCCL error in: x");
+        let line = b"2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee-a44c-4795-967c-7183a83b3160] OSError: [Errno 28] No space left on device";
+        assert_eq!(split_rank_prefix(line).rest(line), b"OSError: [Errno 28] No space left on device");
+        let line = b"2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] Traceback (most recent call last):";
+        assert_eq!(split_rank_prefix(line).rest(line), b"Traceback (most recent call last):");
         // Not wrappers: a fairseq table row, an exception, a path, a time.
         for line in [
             &b"| epoch 027 | loss 6.343"[..],
@@ -283,6 +341,10 @@ mod tests {
             b"/usr/lib/python3/x.py:12: UserWarning",
             b"(most recent call last)",
             b"2026-11-30 08:58:51,398 INFO x",
+            b">>> import torch",
+            b">x",
+            b"2026-11-30 08:58:51.398 [rank0] step 4",
+            b"2026-11-30 08:58:51.398 [train/1 (pid 3)x",
         ] {
             assert_eq!(split_rank_prefix(line).len, 0, "{}", String::from_utf8_lossy(line));
         }

@@ -40,7 +40,15 @@ pub(crate) fn exc_header(t: &str) -> Option<(&str, &str)> {
     if !(first.is_ascii_alphabetic() || first == b'_') {
         return None;
     }
-    let n = b.iter().take(256).take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'.').count();
+    let mut n = b.iter().take(256).take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'.').count();
+    // Ray re-raises a task's exception as `RayTaskError(OutOfMemoryError): ray::f() (pid=...)`:
+    // the cause's type in parentheses is part of the type.
+    if b.get(n) == Some(&b'(') {
+        let cause = b[n + 1..].iter().take(128).take_while(|c| c.is_ascii_alphanumeric() || **c == b'_' || **c == b'.').count();
+        if cause > 0 && b.get(n + 1 + cause) == Some(&b')') && b.get(n + 2 + cause) == Some(&b':') {
+            n += cause + 2;
+        }
+    }
     let ty = &t[..n];
     if ty.ends_with('.') {
         return None;
@@ -55,6 +63,10 @@ pub(crate) fn exc_header(t: &str) -> Option<(&str, &str)> {
         return None;
     }
     Some((ty, m.strip_prefix(' ').unwrap_or(m)))
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
 }
 
 fn starts_with_date(t: &str) -> bool {
@@ -141,7 +153,9 @@ impl Traceback {
             return false;
         }
         if self.prefixed {
-            return glog::parse(t).is_none() && !starts_with_date(t);
+            // A logging record (a launcher's `ERROR:torch.distributed.elastic...: failed`) is
+            // never part of an exception's message.
+            return glog::parse(t).is_none() && !starts_with_date(t) && crate::failures::pylog(t).is_none();
         }
         let b0 = t.as_bytes()[0];
         b0 == b' ' || b0 == b'\t' || self.last_was_last_error || CONT_STARTS.iter().any(|p| t.starts_with(p))
@@ -242,6 +256,12 @@ impl Traceback {
         };
         let mut specific = Vec::new();
         c10d::specific(&self.message, &mut specific);
+        // Raised inside `load_state_dict`: whatever its words (an old PyTorch's `inconsistent
+        // tensor size`, a caught-and-rethrown error), the checkpoint did not fit the model.
+        if self.frames.iter().any(|f| matches!(f.function.as_str(), "load_state_dict" | "_load_from_state_dict")) {
+            let what = format!("{exc_type}: {}", first_line(&self.message));
+            specific.push(EventKind::ErrorLine { message: format!("raised while loading a state_dict into the model (load_state_dict): {what}") });
+        }
         out.push(self.origin.event(EventKind::Exception { exc_type, message: self.message, frames: self.frames }, self.final_text.clone()));
         for k in specific {
             out.push(self.origin.event(k, self.final_text.clone()));
@@ -442,5 +462,12 @@ mod tests {
         assert_eq!(exc_header("During handling of the above exception"), None);
         assert_eq!(exc_header("XXX:431:2239 [1] include/topo.h:27 NCCL WARN x"), None);
         assert_eq!(exc_header("RuntimeError:CUDA out of memory."), Some(("RuntimeError", "CUDA out of memory.")));
+        // Ray's wrapper names the task's own exception type in parentheses.
+        assert_eq!(
+            exc_header("ray.exceptions.RayTaskError(OutOfMemoryError): ray::Runner.run() (pid=104449, ip=10.130.71.7)"),
+            Some(("ray.exceptions.RayTaskError(OutOfMemoryError)", "ray::Runner.run() (pid=104449, ip=10.130.71.7)"))
+        );
+        // A call on a line of its own is not an exception.
+        assert_eq!(exc_header("main(args)"), None);
     }
 }

@@ -182,8 +182,9 @@ fn kernel_slurm_and_dataloader_lines() {
             "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
         ],
     );
-    // srun's line is both the scheduler's word and task 3's end (under srun, rank 3).
-    assert_eq!(names(&evs), ["xid", "oom_kill", "launcher_worker_failed", "scheduler_end", "scheduler_end", "error_line"]);
+    // srun's line is both the scheduler's word and task 3's end (under srun, rank 3). The
+    // repeated error line passes again (up to three times: a recurring error is evidence).
+    assert_eq!(names(&evs), ["xid", "oom_kill", "launcher_worker_failed", "scheduler_end", "scheduler_end", "error_line", "error_line"]);
     assert!(evs[0].printed_ns.is_some());
     assert!(evs[4].printed_ns.is_some());
 }
@@ -289,4 +290,61 @@ fn throughput() {
     }
     let secs = start.elapsed().as_secs_f64();
     println!("{:.1} MB/s ({} bytes x {reps}, {events} events)", (bytes * reps) as f64 / secs / 1e6, bytes);
+}
+
+#[test]
+fn a_launcher_record_after_a_wrapped_traceback_is_the_launchers_not_the_message() {
+    // `accelerate test` prints its child's output under `stderr: `: the traceback's message ends
+    // where the elastic agent's record begins.
+    let evs = run(
+        None,
+        &[
+            "stderr: Traceback (most recent call last):",
+            "stderr:   File \"/opt/x/distributed_c10d.py\", line 2060, in all_gather",
+            "stderr:     work = default_pg.allgather([tensor_list], [tensor])",
+            "stderr: RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:47, unhandled cuda error, NCCL version 21.0.3",
+            "stderr: ncclUnhandledCudaError: Call to CUDA function failed.",
+            "stderr: ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 227) of binary: /opt/anaconda3/bin/python",
+        ],
+    );
+    let EventKind::Exception { message, .. } = &evs[0].kind else { panic!("{:?}", names(&evs)) };
+    assert!(message.ends_with("ncclUnhandledCudaError: Call to CUDA function failed."), "{message}");
+    assert!(
+        evs.iter().any(|e| matches!(&e.kind, EventKind::LauncherWorkerFailed(f) if f.local_rank == Some(0) && f.exit_code == Some(1))),
+        "{:?}",
+        names(&evs)
+    );
+}
+
+#[test]
+fn an_error_line_logged_again_and_again_passes_three_times_then_is_folded() {
+    let line =
+        "2025-02-10 16:43:46.372262: E external/xla/xla/stream_executor/cuda/cuda_timer.cc:86] Delay kernel timed out: measured time has sub-optimal accuracy.";
+    let evs = run(None, &[line; 6]);
+    assert_eq!(evs.iter().filter(|e| matches!(e.kind, EventKind::ErrorLine { .. })).count(), 3, "{:?}", names(&evs));
+    // A warning is still told once.
+    let w = "2025-02-10 16:43:46.372262: W external/x.cc:1] slow";
+    let evs = run(None, &[w; 4]);
+    assert_eq!(evs.iter().filter(|e| matches!(e.kind, EventKind::Warning { .. })).count(), 1);
+}
+
+#[test]
+fn an_exception_raised_inside_load_state_dict_says_so_whatever_its_words() {
+    let evs = run(
+        None,
+        &[
+            "Traceback (most recent call last):",
+            "  File \"training.py\", line 48, in init",
+            "    model = tools.pick_model(args, dicts)",
+            "  File \"C:\\ProgramData\\Anaconda3\\lib\\site-packages\\torch\\nn\\modules\\module.py\", line 487, in load_state_dict",
+            "    own_state[name].copy_(param)",
+            "RuntimeError: inconsistent tensor size, expected tensor [51919 x 100] and src [51920 x 100] to have the same number of elements",
+        ],
+    );
+    assert_eq!(names(&evs), ["exception", "error_line"]);
+    assert!(evs[1].kind.message().starts_with("raised while loading a state_dict into the model (load_state_dict): RuntimeError: inconsistent tensor size"));
+    // The same error raised elsewhere is only the exception.
+    let evs =
+        run(None, &["Traceback (most recent call last):", "  File \"t.py\", line 3, in step", "    x.copy_(y)", "RuntimeError: inconsistent tensor size"]);
+    assert_eq!(names(&evs), ["exception"]);
 }
