@@ -7,9 +7,14 @@ use coronerd::config::Config;
 /// How long the process waits, once the server stopped, for blocking work still running (a
 /// search stops at its next budget check; this is the bound should one not).
 const BLOCKING_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// Threads for blocking work (searches, index commits and closes, snapshot hashing): tokio's
+/// default of 512 let a burst of closing writers (1,000 OTLP job ids with `--max-open-jobs 16`)
+/// grow the process by hundreds of threads. Searches are already bounded by `--max-searches`;
+/// the rest queues here rather than costing the host threads. No blocking task waits on another.
+const MAX_BLOCKING_THREADS: usize = 128;
 
 fn main() -> std::process::ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().max_blocking_threads(MAX_BLOCKING_THREADS).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("coronerd: start the async runtime: {e}");
