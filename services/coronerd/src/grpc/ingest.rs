@@ -17,7 +17,7 @@ mod ship_logs;
 mod snapshot_upload;
 #[cfg(test)]
 mod tests;
-pub use budget::{IngestBudget, Reservation};
+pub use budget::IngestBudget;
 use coroner_model::{now_ns, JobId, ProcessEnd, Rank};
 use coroner_proto::v1::{self, ingest_server::Ingest};
 use coroner_store::SessionRecord;
