@@ -2,9 +2,9 @@
 
 use super::{error_json, error_page, AppState};
 use crate::error::ServiceError;
-use crate::views::{job_id, snapshot_file};
 use crate::views::search::{self, SearchParams};
 use crate::views::timeline::TimelineOptions;
+use crate::views::{job_id, snapshot_file};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header;

@@ -21,6 +21,8 @@ mod recovery;
 mod reporter;
 mod shared;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use claims::{Granted, Opening};
 pub use committer::Reply;

@@ -97,10 +97,8 @@ async fn replay_rows(job: &JobId, shared: &Shared) -> Result<(JobPipeline, u32),
     }
     pipeline.add_clock_samples(store.clock_samples(job).await?);
     for (s, facts) in read_snapshots(store.snapshots(job).await?, shared.data_dir.join("snapshots")).await {
-        pipeline.add_snapshot_facts(
-            SnapshotSummary { rank: s.rank, kind: s.kind, name: s.name, size: s.size, sha256: s.sha256, highlights: Vec::new() },
-            facts,
-        );
+        pipeline
+            .add_snapshot_facts(SnapshotSummary { rank: s.rank, kind: s.kind, name: s.name, size: s.size, sha256: s.sha256, highlights: Vec::new() }, facts);
     }
     Ok((pipeline, ranks_ended))
 }

@@ -38,4 +38,3 @@ pub async fn snapshot_file(
     }
     Ok((record, path))
 }
-

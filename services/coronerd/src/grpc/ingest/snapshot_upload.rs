@@ -98,7 +98,8 @@ impl IngestService {
                 &self.metrics,
                 format!(
                     "job {} holds {held} bytes of snapshots, and {:?} would pass its quota of {quota} (--max-job-snapshot-gb)",
-                    session.job.id(), header.name
+                    session.job.id(),
+                    header.name
                 ),
             ));
         }
