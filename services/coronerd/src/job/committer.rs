@@ -159,7 +159,7 @@ impl Committer {
                 for line in committed.into_iter().flatten() {
                     p.push_line(line);
                 }
-            })
+            });
         })
         .await;
         if let Err(e) = pushed {

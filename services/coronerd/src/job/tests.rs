@@ -29,8 +29,14 @@ async fn open(shared: &Shared, id: &str) -> Arc<Job> {
 }
 
 fn lines(seqs: std::ops::Range<u64>) -> Vec<LogLine> {
-    seqs.map(|seq| LogLine { rank: Some(Rank(0)), stream: Stream::Stdout, seq, capture_ns: 1_000 + seq as i64, bytes: format!("step {seq} loss 1.0").into_bytes() })
-        .collect()
+    seqs.map(|seq| LogLine {
+        rank: Some(Rank(0)),
+        stream: Stream::Stdout,
+        seq,
+        capture_ns: 1_000 + seq as i64,
+        bytes: format!("step {seq} loss 1.0").into_bytes(),
+    })
+    .collect()
 }
 
 #[tokio::test]

@@ -68,7 +68,7 @@ impl IngestService {
         crate::snapshots::check_kind(&header.kind)?;
         match self.snapshots.status(&header.sha256)? {
             Holding::Stored => {
-                let held = self.jobs.store.snapshots(&session.job.id()).await.map_err(ServiceError::from)?;
+                let held = self.jobs.store.snapshots(session.job.id()).await.map_err(ServiceError::from)?;
                 let mine = held.iter().any(|s| s.sha256 == header.sha256) || self.snapshots.uploaded_by(&header.sha256, &session.uploader);
                 if !mine {
                     // Not this agent's content: it proves it holds the content by sending it.
@@ -92,7 +92,7 @@ impl IngestService {
     /// Refuses a snapshot that would take the job past its snapshot quota (`--max-job-snapshot-gb`).
     pub(super) async fn check_job_quota(&self, session: &Session, header: &v1::SnapshotHeader) -> Result<(), ServiceError> {
         let Some(quota) = self.snapshots.per_job_quota() else { return Ok(()) };
-        let held: u64 = self.jobs.store.snapshots(&session.job.id()).await?.iter().map(|s| s.stored_bytes).sum();
+        let held: u64 = self.jobs.store.snapshots(session.job.id()).await?.iter().map(|s| s.stored_bytes).sum();
         if held.saturating_add(header.size.min(self.snapshots.cap())) > quota {
             return Err(crate::limits::Limit::SnapshotQuota.refuse(
                 &self.metrics,
