@@ -251,9 +251,9 @@ impl JobPipeline {
         ReportInput { evidence: self.evidence(), live_findings: self.live_findings.clone() }
     }
 
-    /// The report as of now.
+    /// The report as of now: [`ReportInput::report`] without the copy of the live findings.
     pub fn report(&self, rules: &RuleSet) -> Report {
-        self.report_input().report(rules)
+        report_input::with_live_findings(coroner_analysis::analyze(&self.evidence(), rules), &self.live_findings)
     }
 
     pub fn lines_seen(&self) -> u64 {

@@ -16,10 +16,14 @@ pub struct ReportInput {
 impl ReportInput {
     /// The report over this evidence: a pure function of it and the rules.
     pub fn report(&self, rules: &RuleSet) -> Report {
-        let mut report = coroner_analysis::analyze(&self.evidence, rules);
-        if report.verdict == Verdict::Running {
-            report.live_findings = self.live_findings.clone();
-        }
-        report
+        with_live_findings(coroner_analysis::analyze(&self.evidence, rules), &self.live_findings)
     }
+}
+
+/// The live findings go with a running verdict only (a finished job has no suspects).
+pub(crate) fn with_live_findings(mut report: Report, findings: &[SuspectedHang]) -> Report {
+    if report.verdict == Verdict::Running {
+        report.live_findings = findings.to_vec();
+    }
+    report
 }
