@@ -6,11 +6,14 @@
 
 #[cfg(test)]
 mod push_log_tests;
+mod report_input;
 mod unranked;
+
+pub use report_input::ReportInput;
 
 use coroner_analysis::live::{LiveConfig, LiveMonitor};
 use coroner_analysis::{JobEvidence, RuleSet};
-use coroner_model::{ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary, Stream, SuspectedHang, Verdict};
+use coroner_model::{ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary, Stream, SuspectedHang};
 use coroner_parse::{RankFiler, RankParser};
 use std::collections::BTreeMap;
 
@@ -242,13 +245,15 @@ impl JobPipeline {
         evidence
     }
 
-    /// The report as of now.
+    /// What a report as of now is computed from (the costly part, [`ReportInput::report`], needs
+    /// no access to the pipeline).
+    pub fn report_input(&self) -> ReportInput {
+        ReportInput { evidence: self.evidence(), live_findings: self.live_findings.clone() }
+    }
+
+    /// The report as of now: [`ReportInput::report`] without the copy of the live findings.
     pub fn report(&self, rules: &RuleSet) -> Report {
-        let mut report = coroner_analysis::analyze(&self.evidence(), rules);
-        if report.verdict == Verdict::Running {
-            report.live_findings = self.live_findings.clone();
-        }
-        report
+        report_input::with_live_findings(coroner_analysis::analyze(&self.evidence(), rules), &self.live_findings)
     }
 
     pub fn lines_seen(&self) -> u64 {

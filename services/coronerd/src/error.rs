@@ -55,6 +55,15 @@ impl From<ServiceError> for Status {
     }
 }
 
+impl From<crate::ownership::LeaseError> for ServiceError {
+    fn from(e: crate::ownership::LeaseError) -> Self {
+        match e {
+            e @ crate::ownership::LeaseError::Lapsed(_) => ServiceError::Unavailable(e.to_string()),
+            crate::ownership::LeaseError::Store(e) => ServiceError::from(e),
+        }
+    }
+}
+
 impl From<coroner_store::StoreError> for ServiceError {
     fn from(e: coroner_store::StoreError) -> Self {
         ServiceError::Internal(format!("metadata store: {e}"))

@@ -5,10 +5,10 @@
 
 use coroner_analysis::{history, signature};
 use coroner_model::{now_ns, HostCount, JobId, Report, Suspect, Verdict};
-use coroner_pipeline::JobPipeline;
+use coroner_pipeline::ReportInput;
 use coroner_store::{Metastore, SignatureFilter, StoreError};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// How many earlier signatures of the class a report is compared with.
 const HISTORY_LIMIT: u32 = 5_000;
@@ -22,8 +22,9 @@ pub struct Recorder {
 
 impl Recorder {
     /// Records the signature (failed jobs) and the hosts (failed and succeeded jobs) of `report`.
-    /// Errors are logged: the history must never stop a report from being published.
-    pub async fn record(&mut self, store: &Arc<dyn Metastore>, job: &JobId, pipeline: &Arc<Mutex<JobPipeline>>, report: &Report) {
+    /// `input` is what the report was computed from (the root event's frames are in its
+    /// evidence). Errors are logged: the history must never stop a report from being published.
+    pub async fn record(&mut self, store: &Arc<dyn Metastore>, job: &JobId, input: &Arc<ReportInput>, report: &Report) {
         if !matches!(report.verdict, Verdict::Failed | Verdict::Succeeded) {
             return;
         }
@@ -31,7 +32,7 @@ impl Recorder {
         if self.last.as_ref() == Some(&key) {
             return;
         }
-        match write(store, job, pipeline, report).await {
+        match write(store, job, input, report).await {
             Ok(()) => self.last = Some(key),
             Err(e) => tracing::warn!(job = %job, error = %e, "could not record the failure history"),
         }
@@ -56,19 +57,13 @@ fn hosts_of(r: &Report) -> Vec<HostCount> {
     by.into_iter().map(|(host, count)| HostCount { host: host.to_string(), count }).collect()
 }
 
-async fn write(store: &Arc<dyn Metastore>, job: &JobId, pipeline: &Arc<Mutex<JobPipeline>>, report: &Report) -> Result<(), StoreError> {
+async fn write(store: &Arc<dyn Metastore>, job: &JobId, input: &Arc<ReportInput>, report: &Report) -> Result<(), StoreError> {
     let now = now_ns();
     if report.verdict == Verdict::Failed {
         // The root event's frames live in the evidence, not the report.
-        let pipeline = pipeline.clone();
+        let input = input.clone();
         let r = report.clone();
-        let sig = tokio::task::spawn_blocking(move || {
-            let evidence = pipeline.lock().ok().map(|p| p.evidence());
-            signature::signature(&r, evidence.as_ref())
-        })
-        .await
-        .ok()
-        .flatten();
+        let sig = tokio::task::spawn_blocking(move || signature::signature(&r, Some(&input.evidence))).await.ok().flatten();
         if let Some(sig) = sig {
             store.save_signature(job, &sig, now).await?;
         }

@@ -1,107 +1,61 @@
-//! The registry of jobs this server holds in memory, opening (and recovering) a job on first use.
-//!
-//! Recovery: a job's committed lines are in its index; its ends, clock samples, sessions and
-//! snapshots are in the store. Opening a job replays both into a fresh pipeline, so a restarted
-//! server reports exactly what it acknowledged before.
+//! The registry of jobs this server holds in memory, opening (and recovering, `job/recovery.rs`)
+//! a job on first use. The rest of the server reaches a job only through [`Jobs::get`] and the
+//! job's methods.
 //!
 //! Ownership: a job is opened here only under this instance's lease (`ownership.rs`); when
 //! another live instance holds it, [`Jobs::get`] answers [`ServiceError::Elsewhere`]. Several
 //! instances share one data dir, so a new owner recovers a job exactly as a restarted server does.
 
 use crate::error::ServiceError;
-use crate::job::claims::lane_of;
-use crate::job::Job;
+use crate::job::{Job, Shared};
 use crate::metrics::Metrics;
 use crate::ownership::{self, Claim, Fence, Instance};
 use coroner_analysis::RuleSet;
-use coroner_index::JobIndex;
-use coroner_model::{JobId, LogLine, Rank, SnapshotSummary};
-use coroner_pipeline::JobPipeline;
+use coroner_model::JobId;
 use coroner_store::Metastore;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub struct Jobs {
-    data_dir: PathBuf,
     pub store: Arc<dyn Metastore>,
     pub rules: Arc<RuleSet>,
     pub metrics: Arc<Metrics>,
+    pub limits: Arc<crate::limits::LimitsConfig>,
     pub shutdown: CancellationToken,
+    /// What every job opened here shares.
+    shared: Shared,
     open: Mutex<HashMap<JobId, Arc<Job>>>,
     me: Arc<Instance>,
     /// The lease of every job open here, and what stops its renewals.
     fences: std::sync::Mutex<HashMap<JobId, (Arc<Fence>, CancellationToken)>>,
     /// Stops the lease renewals, once the jobs are drained at shutdown.
     keepers: CancellationToken,
-    pub limits: Arc<crate::limits::LimitsConfig>,
-    /// The open index writers, least recently used first (`writers.rs`).
-    writers: Arc<crate::writers::Writers>,
     /// How many jobs the store holds, counted once and then kept (`--max-jobs`).
     known_jobs: tokio::sync::Mutex<Option<u64>>,
 }
 
-/// How long opening a job waits for its previous owner's index lock (a process still exiting).
-const INDEX_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
 impl Jobs {
-    pub fn new(
-        data_dir: PathBuf,
-        store: Arc<dyn Metastore>,
-        rules: RuleSet,
-        metrics: Arc<Metrics>,
-        shutdown: CancellationToken,
-        me: Instance,
-        limits: Arc<crate::limits::LimitsConfig>,
-    ) -> Jobs {
-        let writers = Arc::new(crate::writers::Writers::new(limits.max_open_jobs, metrics.clone()));
+    pub fn new(shared: Shared, shutdown: CancellationToken, me: Instance) -> Jobs {
         Jobs {
-            limits,
-            writers,
-            known_jobs: tokio::sync::Mutex::new(None),
-            data_dir,
-            store,
-            rules: Arc::new(rules),
-            metrics,
+            store: shared.store.clone(),
+            rules: shared.rules.clone(),
+            metrics: shared.metrics.clone(),
+            limits: shared.limits.clone(),
             shutdown,
+            shared,
             open: Mutex::new(HashMap::new()),
             me: Arc::new(me),
             fences: std::sync::Mutex::new(HashMap::new()),
             keepers: CancellationToken::new(),
+            known_jobs: tokio::sync::Mutex::new(None),
         }
     }
 
     /// The lease under which a job open here is written.
     pub fn fence(&self, job: &JobId) -> Option<Arc<Fence>> {
         self.fences.lock().unwrap_or_else(|p| p.into_inner()).get(job).map(|(f, _)| f.clone())
-    }
-
-    /// Opens the job's index, waiting a little for a previous owner's lock to go.
-    async fn open_index(&self, job: &JobId) -> Result<JobIndex, ServiceError> {
-        let started = std::time::Instant::now();
-        loop {
-            let dir = self.index_dir(job);
-            let opened = tokio::task::spawn_blocking(move || {
-                std::fs::create_dir_all(&dir).map_err(|e| ServiceError::Internal(format!("create {}: {e}", dir.display())))?;
-                JobIndex::open_or_create(&dir).map_err(|e| match e {
-                    coroner_index::IndexError::Locked(_) => ServiceError::Unavailable(format!("{e}: the job's previous owner still holds its index; retry")),
-                    e => ServiceError::from(e),
-                })
-            })
-            .await?;
-            match opened {
-                Err(ServiceError::Unavailable(_)) if started.elapsed() < INDEX_LOCK_WAIT => {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    fn index_dir(&self, job: &JobId) -> PathBuf {
-        self.data_dir.join("jobs").join(job.as_str()).join("index")
     }
 
     /// The job, opened (and recovered) if needed. With `create` false, a job the store does not
@@ -118,23 +72,13 @@ impl Jobs {
             Claim::Mine(f) => f,
             Claim::Elsewhere(owner) => return Err(ServiceError::Elsewhere(owner)),
         };
-        let opened = async {
-            let index = Arc::new(self.open_index(job).await?);
-            let (pipeline, positions) = self.recover(job, index.clone()).await?;
-            Ok::<_, ServiceError>((index, pipeline, positions))
-        }
-        .await;
-        let (index, pipeline, positions) = match opened {
-            Ok(o) => o,
+        let j = match Job::open(job, &self.shared).await {
+            Ok(j) => j,
             Err(e) => {
                 ownership::release(&self.store, &self.me, job, &fence).await;
                 return Err(e);
             }
         };
-        // Its writer is open now: past --max-open-jobs, the least recently used one closes.
-        let (writers, opened, id) = (self.writers.clone(), index.clone(), job.clone());
-        let _ = tokio::task::spawn_blocking(move || writers.used(&id, &opened)).await;
-        let j = Job::start(job.clone(), index, pipeline, positions, self.store.clone(), self.rules.clone(), self.metrics.clone(), self.writers.clone());
         open.insert(job.clone(), j.clone());
         let stop = self.keepers.child_token();
         self.fences.lock().unwrap_or_else(|p| p.into_inner()).insert(job.clone(), (fence.clone(), stop.clone()));
@@ -165,82 +109,6 @@ impl Jobs {
         Ok(())
     }
 
-    async fn recover(&self, job: &JobId, index: Arc<JobIndex>) -> Result<(JobPipeline, crate::job::Positions), ServiceError> {
-        let mut pipeline = JobPipeline::new(job.as_str());
-        let sessions = self.store.sessions(job).await?;
-        // A world size is believed in proportion to the agents seen (`limits.rs`).
-        let agents = sessions.iter().map(|s| (s.rank, s.agent_instance.as_str())).collect::<std::collections::HashSet<_>>().len();
-        let believe = |w: u32| crate::limits::believed_world_size(w, agents, self.limits.world_size_slack);
-        if let Some(row) = self.store.get_job(job).await? {
-            if let Some(w) = row.world_size {
-                pipeline.set_world_size(believe(w));
-            }
-        }
-        for s in sessions {
-            if let Some(r) = s.rank {
-                pipeline.set_host(r, &s.host);
-            }
-            if let Some(w) = s.world_size {
-                pipeline.set_world_size(believe(w));
-            }
-        }
-        let ends = self.store.process_ends(job).await?;
-        let ranks_ended = ends.len() as u32;
-        for e in ends {
-            pipeline.add_end(e);
-        }
-        pipeline.add_clock_samples(self.store.clock_samples(job).await?);
-        // Snapshot highlights and flight recorder progress are read again from the stored bytes.
-        let rows = self.store.snapshots(job).await?;
-        let root = self.data_dir.join("snapshots");
-        let read = tokio::task::spawn_blocking(move || {
-            rows.into_iter()
-                .map(|s| {
-                    let valid = s.sha256.len() == 64 && s.sha256.bytes().all(|b| b.is_ascii_hexdigit());
-                    let facts = match valid.then(|| std::fs::read(root.join(&s.sha256[..2]).join(&s.sha256))) {
-                        Some(Ok(bytes)) => coroner_snapshot::facts(&s.kind, &s.name, &bytes, s.size),
-                        _ => coroner_snapshot::Facts::default(),
-                    };
-                    (s, facts)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap_or_default();
-        for (s, facts) in read {
-            pipeline.add_snapshot_facts(
-                SnapshotSummary { rank: s.rank, kind: s.kind, name: s.name, size: s.size, sha256: s.sha256, highlights: Vec::new() },
-                facts,
-            );
-        }
-        let (pipeline, positions, index_lines) = tokio::task::spawn_blocking(move || {
-            let mut pipeline = pipeline;
-            // Where each (rank, stream, lane) stands: each lane is deduplicated on its own.
-            let mut positions = crate::job::Positions::new();
-            index.for_each_line(|l| {
-                let next = positions.entry((l.rank, l.stream, lane_of(l.seq))).or_insert(0);
-                *next = (*next).max(l.seq.saturating_add(1));
-                pipeline.push_line(LogLine { rank: l.rank.map(Rank), stream: l.stream, seq: l.seq, capture_ns: l.capture_ns, bytes: l.bytes });
-            })?;
-            Ok::<_, ServiceError>((pipeline, positions, index.num_lines()))
-        })
-        .await??;
-        let mut pipeline = pipeline;
-        let row = self.store.get_job(job).await?;
-        if row.as_ref().and_then(|r| r.world_size).is_some_and(|w| ranks_ended >= w) {
-            pipeline.set_finished(true);
-        }
-        // A previous owner that died between its index commit and counting the lines left the
-        // count short: the index is the truth.
-        if let Some(row) = row {
-            let short = index_lines.saturating_sub(row.lines);
-            if short > 0 {
-                self.store.add_lines_count(job, short).await?;
-            }
-        }
-        Ok((pipeline, positions))
-    }
-
     /// Closes a job the store no longer holds (deleted by retention) and deletes its index.
     pub async fn forget(&self, job: &JobId) -> Result<(), ServiceError> {
         if let Some(n) = self.known_jobs.lock().await.as_mut() {
@@ -252,7 +120,7 @@ impl Jobs {
             stop.cancel();
             ownership::release(&self.store, &self.me, job, &fence).await;
         }
-        let dir = self.data_dir.join("jobs").join(job.as_str());
+        let dir = self.shared.job_dir(job);
         tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(ServiceError::Internal(format!("delete the index of an expired job at {}: {e}", dir.display())))

@@ -5,21 +5,18 @@
 //! finish, and closes.
 
 pub mod auth;
-mod committer;
 pub mod config;
 pub mod error;
+mod grpc;
 mod http;
 mod incidents;
-mod ingest;
 mod job;
 mod jobs;
 pub mod limits;
-mod live;
 pub mod metrics;
-mod otlp;
 mod ownership;
 mod proxy;
-mod query;
+mod refusal;
 mod retention;
 mod searches;
 pub mod snapshots;
@@ -28,6 +25,7 @@ mod views;
 mod writers;
 
 use anyhow::Context;
+use grpc::{ingest, liveness, otlp, query};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -74,81 +72,17 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
     let me = config.instance(bound.grpc, bound.http);
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
-    let metrics = Arc::new(metrics::Metrics::default());
-    let limits = Arc::new(config.limits.clone());
-    let jobs = Arc::new(jobs::Jobs::new(config.data_dir.clone(), store, rules, metrics.clone(), shutdown.clone(), me, limits.clone()));
-    let snapshot_store = Arc::new(snapshots::SnapshotStore::new(
-        config.data_dir.join("snapshots"),
-        config.snapshot_cap_bytes,
-        snapshots::disk::Quotas::from(&config.limits),
-        metrics.clone(),
-    )?);
-    retention::spawn(jobs.clone(), snapshot_store.clone(), config.retention, shutdown.clone());
-    // Queries and heartbeats about a job another instance owns go to the owner.
-    let peers = proxy::Peers::default();
-
-    live::configure(config.hang_step_multiple, config.hang_floor);
-    let liveness = live::LivenessService::new(jobs.clone());
-    let budget = Arc::new(
-        ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone())
-            .with_shares(config.limits.ingest_stream_share, config.limits.ingest_job_share),
-    );
-    let ingest = ingest::IngestService::new(jobs.clone(), snapshot_store.clone(), metrics.clone(), budget.clone(), limits.clone());
-    let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
-    let query = query::QueryService::new(jobs.clone(), snapshot_store.clone(), searches.clone());
-    let otlp = otlp::OtlpLogs::new(jobs.clone());
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
-    health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(coroner_proto::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .context("build the reflection service")?;
-
-    let grpc_shutdown = shutdown.clone();
-    // Pings find agents whose network died without closing the connection (a host that lost
-    // power, a partition), so their streams and reserved batches are released.
-    let mut grpc_builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
-        .tcp_keepalive(Some(std::time::Duration::from_secs(60)))
-        // What one connection may have sent and the server not yet read: with the ingest budget
-        // spent, each agent's connection holds at most this much (hyper's default is 1 MiB per
-        // stream: a GiB for a thousand waiting agents). 256 KiB still fills ~250 MB/s per
-        // stream at a 1 ms round trip.
-        .initial_stream_window_size(Some(256 << 10))
-        .initial_connection_window_size(Some(512 << 10));
-    if let Some(tls) = grpc_tls {
-        grpc_builder = grpc_builder.tls_config(tls).context("the gRPC TLS certificate and key (--tls-cert, --tls-key)")?;
-    }
-    let grpc = grpc_builder
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(auth::Guarded::new(
-            ingest::Prepaid::new(coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20), budget),
-            tokens.clone(),
-            auth::Need::Write,
-        ))
-        .add_service(auth::Guarded::new(
-            proxy::OwnerProxy::new(coroner_proto::v1::query_server::QueryServer::new(query), peers.clone()),
-            tokens.clone(),
-            auth::Need::Read,
-        ))
-        .add_service(auth::Guarded::new(
-            proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers),
-            tokens.clone(),
-            auth::Need::Write,
-        ))
-        .add_service(auth::Guarded::new(otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20), tokens.clone(), auth::Need::Write))
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(grpc_listener), async move { grpc_shutdown.cancelled().await });
-    let http_shutdown = shutdown.clone();
-    let app =
-        http::router(jobs.clone(), metrics.clone(), snapshot_store.clone(), searches).layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
-    let header_timeout = config.limits.http_header_timeout;
+    let parts = Parts::new(&config, store, rules, me, &shutdown)?;
+    retention::spawn(parts.jobs.clone(), parts.snapshots.clone(), config.retention, shutdown.clone());
+    let grpc = grpc_server(&parts, grpc_tls, tokens.clone(), grpc_listener, shutdown.clone()).await?;
+    let app = http::router(parts.jobs.clone(), parts.metrics.clone(), parts.snapshots.clone(), parts.searches.clone())
+        .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
+    let (header_timeout, http_shutdown) = (config.limits.http_header_timeout, shutdown.clone());
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> = match http_tls {
         None => Box::pin(http::serve::serve(http_listener, app, header_timeout, http_shutdown)),
         Some(tls) => Box::pin(http::serve::serve(tls::TlsListener::new(http_listener, tls)?, app, header_timeout, http_shutdown)),
     };
+    let jobs = parts.jobs;
     let server = async move {
         let (g, h) = tokio::join!(grpc, http);
         g.context("gRPC server")?;
@@ -160,6 +94,113 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
         Ok(())
     };
     Ok((server, bound))
+}
+
+/// What the services of one server share, built from its configuration (no process globals:
+/// two servers in one process keep their own).
+struct Parts {
+    jobs: Arc<jobs::Jobs>,
+    metrics: Arc<metrics::Metrics>,
+    snapshots: Arc<snapshots::SnapshotStore>,
+    searches: Arc<searches::Searches>,
+    budget: Arc<ingest::IngestBudget>,
+    limits: Arc<limits::LimitsConfig>,
+}
+
+impl Parts {
+    fn new(
+        config: &Config,
+        store: Arc<dyn coroner_store::Metastore>,
+        rules: coroner_analysis::RuleSet,
+        me: ownership::Instance,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Parts> {
+        let metrics = Arc::new(metrics::Metrics::default());
+        let limits = Arc::new(config.limits.clone());
+        let shared = job::Shared {
+            data_dir: config.data_dir.clone(),
+            store,
+            rules: Arc::new(rules),
+            metrics: metrics.clone(),
+            writers: Arc::new(writers::Writers::new(limits.max_open_jobs, metrics.clone())),
+            limits: limits.clone(),
+            live: live_config(config),
+        };
+        let jobs = Arc::new(jobs::Jobs::new(shared, shutdown.clone(), me));
+        let snapshots = Arc::new(snapshots::SnapshotStore::new(
+            config.data_dir.join("snapshots"),
+            config.snapshot_cap_bytes,
+            snapshots::disk::Quotas::from(&config.limits),
+            metrics.clone(),
+        )?);
+        let budget = Arc::new(
+            ingest::IngestBudget::new(config.ingest_buffer_mb.saturating_mul(1 << 20), metrics.clone())
+                .with_shares(config.limits.ingest_stream_share, config.limits.ingest_job_share),
+        );
+        let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
+        Ok(Parts { jobs, metrics, snapshots, searches, budget, limits })
+    }
+}
+
+/// When a running job's silent rank is suspected of hanging (`--hang-step-multiple`, `--hang-floor`).
+fn live_config(config: &Config) -> coroner_analysis::live::LiveConfig {
+    let floor_ns = i64::try_from(config.hang_floor.as_nanos()).unwrap_or(i64::MAX);
+    coroner_analysis::live::LiveConfig { step_multiple: config.hang_step_multiple, floor_ns, ..Default::default() }
+}
+
+/// The gRPC server: Ingest, Query, Liveness and OTLP logs behind their tokens (queries and
+/// heartbeats about a job another instance owns go to the owner), health and reflection.
+async fn grpc_server(
+    parts: &Parts,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    tokens: Arc<auth::Tokens>,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<impl std::future::Future<Output = Result<(), tonic::transport::Error>>> {
+    let ingest = ingest::IngestService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.metrics.clone(), parts.budget.clone(), parts.limits.clone());
+    let query = query::QueryService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.searches.clone());
+    let liveness = liveness::LivenessService::new(parts.jobs.clone());
+    let otlp = otlp::OtlpLogs::new(parts.jobs.clone());
+    let peers = proxy::Peers::default();
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
+    health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(coroner_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("build the reflection service")?;
+    let mut builder = grpc_builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).context("the gRPC TLS certificate and key (--tls-cert, --tls-key)")?;
+    }
+    let ingest = ingest::Prepaid::new(coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20), parts.budget.clone());
+    let query = proxy::OwnerProxy::new(coroner_proto::v1::query_server::QueryServer::new(query), peers.clone());
+    let liveness = proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers);
+    let otlp = otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20);
+    Ok(builder
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(auth::Guarded::new(ingest, tokens.clone(), auth::Need::Write))
+        .add_service(auth::Guarded::new(query, tokens.clone(), auth::Need::Read))
+        .add_service(auth::Guarded::new(liveness, tokens.clone(), auth::Need::Write))
+        .add_service(auth::Guarded::new(otlp, tokens, auth::Need::Write))
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async move { shutdown.cancelled().await }))
+}
+
+/// The transport's settings: keepalives and flow-control windows.
+fn grpc_builder() -> tonic::transport::Server {
+    // Pings find agents whose network died without closing the connection (a host that lost
+    // power, a partition), so their streams and reserved batches are released.
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+        .tcp_keepalive(Some(std::time::Duration::from_secs(60)))
+        // What one connection may have sent and the server not yet read: with the ingest budget
+        // spent, each agent's connection holds at most this much (hyper's default is 1 MiB per
+        // stream: a GiB for a thousand waiting agents). 256 KiB still fills ~250 MB/s per
+        // stream at a 1 ms round trip.
+        .initial_stream_window_size(Some(256 << 10))
+        .initial_connection_window_size(Some(512 << 10))
 }
 
 fn load_rules(config: &Config) -> anyhow::Result<coroner_analysis::RuleSet> {

@@ -64,7 +64,7 @@ pub struct Metrics {
     pub otlp_records: AtomicU64,
     pub otlp_rejected: AtomicU64,
     /// Requests refused by each limit (`limits.rs`), in `Limit::ALL` order.
-    refused: [AtomicU64; crate::limits::Limit::ALL.len()],
+    refused: [AtomicU64; crate::refusal::Limit::ALL.len()],
     /// Searches running now, and jobs open now.
     pub searches_running: AtomicI64,
     pub jobs_open: AtomicI64,
@@ -82,14 +82,14 @@ fn label(s: &str) -> String {
 }
 
 impl Metrics {
-    pub fn limit_refused(&self, limit: crate::limits::Limit) {
-        if let Some(i) = crate::limits::Limit::ALL.iter().position(|l| *l == limit) {
+    pub fn limit_refused(&self, limit: crate::refusal::Limit) {
+        if let Some(i) = crate::refusal::Limit::ALL.iter().position(|l| *l == limit) {
             self.refused[i].fetch_add(1, Relaxed);
         }
     }
 
-    pub fn refused(&self, limit: crate::limits::Limit) -> u64 {
-        crate::limits::Limit::ALL.iter().position(|l| *l == limit).map_or(0, |i| self.refused[i].load(Relaxed))
+    pub fn refused(&self, limit: crate::refusal::Limit) -> u64 {
+        crate::refusal::Limit::ALL.iter().position(|l| *l == limit).map_or(0, |i| self.refused[i].load(Relaxed))
     }
 
     pub fn render(&self, jobs: &JobCounts) -> String {
@@ -146,7 +146,7 @@ impl Metrics {
         );
         let _ =
             writeln!(out, "# HELP coroner_limits_refused_total Requests refused by a limit (docs/SECURITY.md).\n# TYPE coroner_limits_refused_total counter");
-        for (l, n) in crate::limits::Limit::ALL.iter().zip(&self.refused) {
+        for (l, n) in crate::refusal::Limit::ALL.iter().zip(&self.refused) {
             let _ = writeln!(out, "coroner_limits_refused_total{{limit=\"{}\"}} {}", l.name(), n.load(Relaxed));
         }
         self.commit_latency.render(&mut out, "coroner_index_commit_duration_seconds", "Index commit latency (add, commit, reader reload).");

@@ -12,13 +12,22 @@
 //!   exiting releases the index lock for the new owner; the other jobs it owned are taken over
 //!   like after a crash (agents replay what was not acknowledged).
 
-use crate::error::ServiceError;
 use coroner_model::JobId;
-use coroner_store::{Claimant, LeaseGrant, Metastore};
+use coroner_store::{Claimant, LeaseGrant, Metastore, StoreError};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// What went wrong with a lease; `error.rs` maps it to the callers' statuses.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The fence's deadline passed: writes stop until a renewal extends it.
+    #[error("this coronerd's lease on job {0} lapsed (it could not renew it in time); reconnect")]
+    Lapsed(JobId),
+    #[error("the job's lease: {0}")]
+    Store(#[from] StoreError),
+}
 
 /// This instance: its id, where it serves, and the lease TTL it asks for.
 #[derive(Debug, Clone)]
@@ -56,11 +65,11 @@ impl Fence {
     }
 
     /// Refuses a write once the lease may have lapsed; the agent reconnects and is sent to the owner.
-    pub fn check(&self, job: &JobId) -> Result<(), ServiceError> {
+    pub fn check(&self, job: &JobId) -> Result<(), LeaseError> {
         if self.holds() {
             Ok(())
         } else {
-            Err(ServiceError::Unavailable(format!("this coronerd's lease on job {job} lapsed (it could not renew it in time); reconnect")))
+            Err(LeaseError::Lapsed(job.clone()))
         }
     }
 
@@ -80,7 +89,7 @@ pub enum Claim {
 }
 
 /// Takes (or confirms) this instance's lease on a job.
-pub async fn claim(store: &Arc<dyn Metastore>, me: &Instance, job: &JobId) -> Result<Claim, ServiceError> {
+pub async fn claim(store: &Arc<dyn Metastore>, me: &Instance, job: &JobId) -> Result<Claim, LeaseError> {
     let asked = Instant::now();
     match store.acquire_lease(job, &me.claimant, me.ttl).await? {
         LeaseGrant::Granted(l) => Ok(Claim::Mine(Arc::new(Fence::new(l.epoch, asked, me.ttl)))),

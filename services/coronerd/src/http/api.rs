@@ -2,9 +2,9 @@
 
 use super::{error_json, error_page, AppState};
 use crate::error::ServiceError;
-use crate::query::{job_id, snapshot_file};
 use crate::views::search::{self, SearchParams};
 use crate::views::timeline::TimelineOptions;
+use crate::views::{job_id, snapshot_file};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header;
@@ -20,7 +20,7 @@ async fn job(s: &AppState, id: &str) -> Result<Arc<crate::job::Job>, ServiceErro
 pub async fn report_json(State(s): State<AppState>, Path(id): Path<String>) -> Response {
     let result = async {
         let j = job(&s, &id).await?;
-        let r = j.current_report(&s.jobs.rules).await?;
+        let r = j.current_report().await?;
         Ok::<_, ServiceError>(crate::incidents::with_history(&s.jobs.store, r).await)
     }
     .await;
@@ -101,7 +101,7 @@ pub async fn search(State(s): State<AppState>, Path(id): Path<String>, Query(q):
     let result = async {
         s.searches.check(&q.q)?;
         let j = job(&s, &id).await?;
-        search::search(&s.jobs, &s.searches, &j, params(q)?).await
+        search::search(&s.searches, &j, params(q)?).await
     }
     .await;
     match result {

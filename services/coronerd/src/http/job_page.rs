@@ -3,7 +3,7 @@
 //! snapshots, a search box, and the full report.
 
 use super::{error_page, escape, AppState};
-use crate::query::job_id;
+use crate::views::job_id;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use coroner_model::Report;
@@ -14,7 +14,7 @@ const MAX_COLLECTIVE_ROWS: usize = 200;
 pub async fn handler(State(s): State<AppState>, Path(id): Path<String>) -> Response {
     let report = async {
         let j = s.jobs.get(&job_id(&id)?, false).await?;
-        let r = j.current_report(&s.jobs.rules).await?;
+        let r = j.current_report().await?;
         Ok::<_, crate::error::ServiceError>(crate::incidents::with_history(&s.jobs.store, r).await)
     }
     .await;

@@ -18,27 +18,8 @@
 //! number by lanes (older agents, `coroner import`, which numbers a bundle's lines itself) stay
 //! in lane 0, as before; an import is not a live process and never counts as a claimant.
 
-use coroner_model::Stream;
-use std::collections::{BTreeMap, HashMap};
-
-/// Bits of a sequence number within its lane.
-pub const LANE_BITS: u32 = 40;
-
-/// The lane of a sequence number.
-pub fn lane_of(seq: u64) -> u32 {
-    (seq >> LANE_BITS) as u32
-}
-
-/// The first sequence number of a lane.
-pub fn lane_start(lane: u32) -> u64 {
-    u64::from(lane) << LANE_BITS
-}
-
-/// A (rank, stream, lane) whose next expected sequence number a job tracks.
-pub type StreamLane = (Option<u32>, Stream, u32);
-
-/// The next sequence number the server expects per (rank, stream, lane).
-pub type Positions = BTreeMap<StreamLane, u64>;
+use super::positions::{lane_of, lane_start, Positions};
+use std::collections::HashMap;
 
 /// What opened a session, as far as claims go.
 #[derive(Debug, Clone)]
@@ -167,6 +148,8 @@ impl Claims {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::positions::LANE_BITS;
+    use coroner_model::Stream;
 
     fn opening<'a>(session_id: &'a str, instance: &'a str, host: &'a str) -> Opening<'a> {
         Opening { session_id, rank: Some(3), instance, host, pid: 7, launcher: "none", lanes: true, offset: None }

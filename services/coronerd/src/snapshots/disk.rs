@@ -4,7 +4,7 @@
 //!   that would pass it is refused (`RESOURCE_EXHAUSTED`), and a partial untouched for
 //!   `--partial-ttl` is deleted by [`sweep_partials`] (its agent had that long to resume).
 //! - **Stored contents** (`<sha[0..2]>/<sha256>`): counted in all against `--max-snapshot-gb`;
-//!   a job's own against `--max-job-snapshot-gb` (from its rows, in `ingest/snapshot_upload.rs`).
+//!   a job's own against `--max-job-snapshot-gb` (from its rows, in `grpc/ingest/snapshot_upload.rs`).
 //!   [`collect_garbage`] deletes contents no job's snapshot names any more (retention deleted the
 //!   jobs), sparing recent ones (an upload finishes before it is filed).
 //!

@@ -1,5 +1,40 @@
-//! What the Query service and the web page show, computed once for both: aligned search and
-//! the timeline.
+//! What the Query service and the web page show, computed once for both: aligned search, the
+//! timeline, and the few lookups both make (a job id, a snapshot's stored file).
 
 pub mod search;
 pub mod timeline;
+
+use crate::error::ServiceError;
+use crate::jobs::Jobs;
+use crate::snapshots::SnapshotStore;
+use coroner_model::JobId;
+
+/// A job id from a request, or the reason it is not one.
+pub fn job_id(s: &str) -> Result<JobId, ServiceError> {
+    JobId::parse(s).map_err(|e| ServiceError::InvalidArgument(format!("job id: {e}")))
+}
+
+/// The stored file of snapshot `sha256` of `job`, or not found (unknown job, a snapshot of
+/// another job, bytes not kept).
+pub async fn snapshot_file(
+    jobs: &Jobs,
+    store: &SnapshotStore,
+    job: &str,
+    sha256: &str,
+) -> Result<(coroner_store::SnapshotRecord, std::path::PathBuf), ServiceError> {
+    let id = job_id(job)?;
+    let job = jobs.get(&id, false).await?;
+    let sha = sha256.trim().to_ascii_lowercase();
+    let path = store.path_of(&sha).ok_or_else(|| ServiceError::InvalidArgument(format!("{sha256:?} is not a sha256 (64 hex digits)")))?;
+    let record = jobs
+        .store
+        .snapshots(job.id())
+        .await?
+        .into_iter()
+        .find(|s| s.sha256 == sha)
+        .ok_or_else(|| ServiceError::NotFound(format!("job {id} has no snapshot {sha} (list them with `coroner snapshot list {id}`)")))?;
+    if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
+        return Err(ServiceError::NotFound(format!("snapshot {sha} of job {id}: its bytes were not kept on this server")));
+    }
+    Ok((record, path))
+}

@@ -62,55 +62,18 @@ fn nonempty(s: Option<String>) -> Option<String> {
     s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
-pub async fn search(jobs: &Jobs, searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Result<SearchResult, ServiceError> {
+pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Result<SearchResult, ServiceError> {
     searches.check(&p.query)?;
-    let report = job.current_report(&jobs.rules).await?;
+    let report = job.current_report().await?;
     let clocks = clocks(&report);
     let stream = match nonempty(p.stream) {
         None => None,
         Some(s) => Some(Stream::parse(&s).ok_or_else(|| ServiceError::InvalidArgument(format!("stream {s:?}: use stdout, stderr or file")))?),
     };
-    if let (Some(a), Some(b)) = (p.since_ns, p.until_ns) {
-        if a > b {
-            return Err(ServiceError::InvalidArgument("the time range ends before it starts".into()));
-        }
-    }
-    let capture_windows = if p.since_ns.is_some() || p.until_ns.is_some() {
-        let (lo, hi) = (p.since_ns.unwrap_or(i64::MIN), p.until_ns.unwrap_or(i64::MAX));
-        let mut keys: BTreeSet<Option<u32>> = job.positions().keys().map(|(r, _, _)| *r).collect();
-        keys.extend(clocks.keys().copied());
-        keys.insert(None);
-        Some(
-            keys.into_iter()
-                .map(|k| {
-                    let (off, unc) = clocks.get(&k).copied().unwrap_or((0, 0));
-                    (k, (lo.saturating_sub(off).saturating_sub(unc), hi.saturating_sub(off).saturating_add(unc)))
-                })
-                .collect(),
-        )
-    } else {
-        None
-    };
+    let capture_windows = capture_windows(job, &clocks, p.since_ns, p.until_ns)?;
     let only_lines = match nonempty(p.kind).filter(|k| k != "line") {
         None => None,
-        Some(kind) => {
-            let pipeline = job.pipeline.clone();
-            let lines = tokio::task::spawn_blocking(move || {
-                let evidence = pipeline.lock().map(|p| p.evidence()).map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))?;
-                let owned = evidence.ranks.iter().flat_map(|(r, ev)| ev.events.iter().map(move |e| (Some(r.0), e)));
-                let unowned = evidence.unowned.iter().map(|e| (None, e));
-                Ok::<_, ServiceError>(
-                    owned
-                        .chain(unowned)
-                        .filter(|(_, e)| e.kind.name() == kind)
-                        .map(|(r, e)| (r, e.line.stream, e.line.seq))
-                        .take(MAX_KIND_LINES)
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .await??;
-            Some(lines)
-        }
+        Some(kind) => Some(lines_of_kind(job, kind).await?),
     };
     let request = SearchRequest {
         query: p.query,
@@ -124,44 +87,74 @@ pub async fn search(jobs: &Jobs, searches: &Searches, job: &Arc<Job>, p: SearchP
         limit: if p.limit == 0 { 100 } else { p.limit.min(coroner_index::MAX_PAGE_SIZE) },
         cursor: nonempty(p.cursor),
     };
-    let index = job.index.clone();
-    let page = searches.run(&job.id, move |budget, alone| index.search_within(&request, budget, alone)).await?;
-    let hits = page
-        .hits
+    let index = job.index().clone();
+    let page = searches.run(job.id(), move |budget, alone| index.search_within(&request, budget, alone)).await?;
+    let hits = page.hits.into_iter().map(|h| hit(h, &clocks)).collect();
+    Ok(SearchResult { hits, total: page.total, next_cursor: page.next_cursor })
+}
+
+/// An aligned-time range as one capture window per rank (every rank the job holds lines of or
+/// has a clock for, and the lines no rank owns), widened by each offset's uncertainty.
+type Windows = BTreeMap<Option<u32>, (i64, i64)>;
+
+fn capture_windows(job: &Job, clocks: &BTreeMap<Option<u32>, (i64, i64)>, since: Option<i64>, until: Option<i64>) -> Result<Option<Windows>, ServiceError> {
+    if let (Some(a), Some(b)) = (since, until) {
+        if a > b {
+            return Err(ServiceError::InvalidArgument("the time range ends before it starts".into()));
+        }
+    }
+    if since.is_none() && until.is_none() {
+        return Ok(None);
+    }
+    let (lo, hi) = (since.unwrap_or(i64::MIN), until.unwrap_or(i64::MAX));
+    let mut keys: BTreeSet<Option<u32>> = job.positions().keys().map(|(r, _, _)| *r).collect();
+    keys.extend(clocks.keys().copied());
+    keys.insert(None);
+    let windows = keys
         .into_iter()
-        .map(|h| {
-            let off = clocks.get(&h.rank).map(|c| c.0).unwrap_or(0);
-            let time_ns = h.capture_ns.saturating_add(off);
-            Hit {
-                rank: h.rank,
-                time_ns,
-                time: coroner_model::format_rfc3339_ns(time_ns),
-                capture_ns: h.capture_ns,
-                host: h.host,
-                stream: h.stream.as_str().to_string(),
-                seq: h.seq,
-                line: String::from_utf8_lossy(&h.bytes).into_owned(),
-            }
+        .map(|k| {
+            let (off, unc) = clocks.get(&k).copied().unwrap_or((0, 0));
+            (k, (lo.saturating_sub(off).saturating_sub(unc), hi.saturating_sub(off).saturating_add(unc)))
         })
         .collect();
-    Ok(SearchResult { hits, total: page.total, next_cursor: page.next_cursor })
+    Ok(Some(windows))
+}
+
+/// The lines the analysis turned into events of class `kind` (at most [`MAX_KIND_LINES`]).
+async fn lines_of_kind(job: &Job, kind: String) -> Result<Vec<(Option<u32>, Stream, u64)>, ServiceError> {
+    job.with_evidence(move |evidence| {
+        let owned = evidence.ranks.iter().flat_map(|(r, ev)| ev.events.iter().map(move |e| (Some(r.0), e)));
+        let unowned = evidence.unowned.iter().map(|e| (None, e));
+        owned.chain(unowned).filter(|(_, e)| e.kind.name() == kind).map(|(r, e)| (r, e.line.stream, e.line.seq)).take(MAX_KIND_LINES).collect()
+    })
+    .await
+}
+
+fn hit(h: coroner_index::IndexedLine, clocks: &BTreeMap<Option<u32>, (i64, i64)>) -> Hit {
+    let off = clocks.get(&h.rank).map(|c| c.0).unwrap_or(0);
+    let time_ns = h.capture_ns.saturating_add(off);
+    Hit {
+        rank: h.rank,
+        time_ns,
+        time: coroner_model::format_rfc3339_ns(time_ns),
+        capture_ns: h.capture_ns,
+        host: h.host,
+        stream: h.stream.as_str().to_string(),
+        seq: h.seq,
+        line: String::from_utf8_lossy(&h.bytes).into_owned(),
+    }
 }
 
 /// Lines matching `query` per rank (`None`: lines no rank owns).
 pub async fn count_by_rank(searches: &Searches, job: &Arc<Job>, query: String) -> Result<BTreeMap<Option<u32>, u64>, ServiceError> {
     searches.check(&query)?;
-    let index = job.index.clone();
-    searches.run(&job.id, move |budget, alone| index.count_by_rank_within(&query, budget, alone)).await
+    let index = job.index().clone();
+    searches.run(job.id(), move |budget, alone| index.count_by_rank_within(&query, budget, alone)).await
 }
 
 /// The timeline over the job's current evidence and report.
 pub async fn timeline(jobs: &Jobs, job: &Arc<Job>, opts: super::timeline::TimelineOptions) -> Result<super::timeline::Timeline, ServiceError> {
-    let report = job.current_report(&jobs.rules).await?;
-    let pipeline = job.pipeline.clone();
+    let report = job.current_report().await?;
     let rules = jobs.rules.clone();
-    tokio::task::spawn_blocking(move || {
-        let evidence = pipeline.lock().map(|p| p.evidence()).map_err(|_| ServiceError::Internal("pipeline lock poisoned".into()))?;
-        Ok(super::timeline::build(&evidence, &report, &rules, opts))
-    })
-    .await?
+    job.with_evidence(move |evidence| super::timeline::build(evidence, &report, &rules, opts)).await
 }

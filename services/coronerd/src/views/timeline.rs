@@ -138,72 +138,8 @@ pub fn build(evidence: &JobEvidence, report: &Report, rules: &RuleSet, opts: Tim
     let grouped = opts.group_by_host || ranks.len() > opts.max_lanes.max(1);
 
     // One lane per rank first; grouping merges them by host.
-    let mut per_rank: Vec<Lane> = Vec::with_capacity(ranks.len());
-    for rank in &ranks {
-        let summary = summaries.get(rank);
-        let offset = summary.map(|s| s.clock.offset_ns).unwrap_or(0);
-        let ev = evidence.ranks.get(rank);
-        let events: Vec<TimelineEvent> = ev.map(|ev| ev.events.iter().filter_map(|e| event(e, offset, rules)).collect()).unwrap_or_default();
-        let host = summary.and_then(|s| s.host.clone()).or_else(|| ev.and_then(|e| e.host.clone())).unwrap_or_default();
-        let start = ev.and_then(|e| e.first_capture_ns).map(|t| t + offset);
-        let end = ev.and_then(|e| e.last_capture_ns).map(|t| t + offset);
-        per_rank.push(Lane {
-            label: format!("rank {}", rank.0),
-            ranks: vec![rank.0],
-            host,
-            role: summary.map(|s| s.role.clone()).unwrap_or_else(|| "unknown".into()),
-            start_ns: start.or(events.first().map(|e| e.time_ns)).unwrap_or(0),
-            end_ns: end.or(events.last().map(|e| e.time_ns)).unwrap_or(0),
-            events_total: events.len() as u64,
-            events,
-            ended: summary.and_then(|s| s.ended.clone()).unwrap_or_default(),
-        });
-    }
-    let mut lanes: Vec<Lane> = if grouped {
-        let mut by_host: BTreeMap<String, Lane> = BTreeMap::new();
-        for lane in per_rank {
-            let key = if lane.host.is_empty() { "(unknown host)".to_string() } else { lane.host.clone() };
-            let g = by_host.entry(key.clone()).or_insert_with(|| Lane {
-                label: key.clone(),
-                ranks: Vec::new(),
-                host: lane.host.clone(),
-                role: String::new(),
-                start_ns: i64::MAX,
-                end_ns: i64::MIN,
-                events: Vec::new(),
-                events_total: 0,
-                ended: String::new(),
-            });
-            g.ranks.extend(&lane.ranks);
-            if role_weight(&lane.role) > role_weight(&g.role) {
-                g.role = lane.role.clone();
-                g.ended = lane.ended.clone();
-            }
-            if lane.start_ns != 0 || lane.end_ns != 0 {
-                g.start_ns = g.start_ns.min(lane.start_ns);
-                g.end_ns = g.end_ns.max(lane.end_ns);
-            }
-            g.events_total += lane.events_total;
-            g.events.extend(lane.events);
-            // Bound memory while merging thousands of ranks.
-            if g.events.len() > 4 * opts.max_events_per_lane.max(1) {
-                let events = std::mem::take(&mut g.events);
-                g.events = cap(events, opts.max_events_per_lane.max(1));
-            }
-        }
-        by_host
-            .into_values()
-            .map(|mut l| {
-                if l.start_ns == i64::MAX {
-                    (l.start_ns, l.end_ns) = (0, 0);
-                }
-                l.label = format!("{} (ranks {})", l.label, rank_ranges(&l.ranks));
-                l
-            })
-            .collect()
-    } else {
-        per_rank
-    };
+    let per_rank = ranks.iter().map(|rank| rank_lane(*rank, summaries.get(rank).copied(), evidence.ranks.get(rank), rules));
+    let mut lanes: Vec<Lane> = if grouped { group_by_host(per_rank, opts.max_events_per_lane.max(1)) } else { per_rank.collect() };
     for lane in &mut lanes {
         let events = std::mem::take(&mut lane.events);
         lane.events = cap(events, opts.max_events_per_lane.max(1));
@@ -220,6 +156,72 @@ pub fn build(evidence: &JobEvidence, report: &Report, rules: &RuleSet, opts: Tim
         failure_ns,
         lanes,
     }
+}
+
+/// One rank's lane: its events on the aligned clock, its host, role and span.
+fn rank_lane(rank: Rank, summary: Option<&coroner_model::RankSummary>, ev: Option<&coroner_analysis::RankEvidence>, rules: &RuleSet) -> Lane {
+    let offset = summary.map(|s| s.clock.offset_ns).unwrap_or(0);
+    let events: Vec<TimelineEvent> = ev.map(|ev| ev.events.iter().filter_map(|e| event(e, offset, rules)).collect()).unwrap_or_default();
+    let host = summary.and_then(|s| s.host.clone()).or_else(|| ev.and_then(|e| e.host.clone())).unwrap_or_default();
+    let start = ev.and_then(|e| e.first_capture_ns).map(|t| t + offset);
+    let end = ev.and_then(|e| e.last_capture_ns).map(|t| t + offset);
+    Lane {
+        label: format!("rank {}", rank.0),
+        ranks: vec![rank.0],
+        host,
+        role: summary.map(|s| s.role.clone()).unwrap_or_else(|| "unknown".into()),
+        start_ns: start.or(events.first().map(|e| e.time_ns)).unwrap_or(0),
+        end_ns: end.or(events.last().map(|e| e.time_ns)).unwrap_or(0),
+        events_total: events.len() as u64,
+        events,
+        ended: summary.and_then(|s| s.ended.clone()).unwrap_or_default(),
+    }
+}
+
+/// Merges rank lanes into one lane per host (the most telling role shows), keeping at most a
+/// few times `max_events` events per lane while merging.
+fn group_by_host(per_rank: impl Iterator<Item = Lane>, max_events: usize) -> Vec<Lane> {
+    let mut by_host: BTreeMap<String, Lane> = BTreeMap::new();
+    for lane in per_rank {
+        let key = if lane.host.is_empty() { "(unknown host)".to_string() } else { lane.host.clone() };
+        let g = by_host.entry(key.clone()).or_insert_with(|| Lane {
+            label: key.clone(),
+            ranks: Vec::new(),
+            host: lane.host.clone(),
+            role: String::new(),
+            start_ns: i64::MAX,
+            end_ns: i64::MIN,
+            events: Vec::new(),
+            events_total: 0,
+            ended: String::new(),
+        });
+        g.ranks.extend(&lane.ranks);
+        if role_weight(&lane.role) > role_weight(&g.role) {
+            g.role = lane.role.clone();
+            g.ended = lane.ended.clone();
+        }
+        if lane.start_ns != 0 || lane.end_ns != 0 {
+            g.start_ns = g.start_ns.min(lane.start_ns);
+            g.end_ns = g.end_ns.max(lane.end_ns);
+        }
+        g.events_total += lane.events_total;
+        g.events.extend(lane.events);
+        // Bound memory while merging thousands of ranks.
+        if g.events.len() > 4 * max_events {
+            let events = std::mem::take(&mut g.events);
+            g.events = cap(events, max_events);
+        }
+    }
+    by_host
+        .into_values()
+        .map(|mut l| {
+            if l.start_ns == i64::MAX {
+                (l.start_ns, l.end_ns) = (0, 0);
+            }
+            l.label = format!("{} (ranks {})", l.label, rank_ranges(&l.ranks));
+            l
+        })
+        .collect()
 }
 
 /// `0-7,9` for a sorted list of ranks.

@@ -8,7 +8,8 @@
 //! their own by naming its sha256 (and pick the reader by the kind they name). The size recorded
 //! is the stored file's, never the header's claim.
 
-use super::{IngestService, Session};
+use super::sessions::Session;
+use super::IngestService;
 use crate::error::ServiceError;
 use crate::snapshots::Holding;
 use coroner_model::{Rank, SnapshotSummary};
@@ -21,7 +22,7 @@ impl IngestService {
     /// Returns whether this job did not have it yet.
     pub(super) async fn file_snapshot(&self, session: &Session, header: &v1::SnapshotHeader, stored_bytes: u64) -> Result<bool, Status> {
         let record = coroner_store::SnapshotRecord {
-            job_id: session.job.id.clone(),
+            job_id: session.job.id().clone(),
             rank: header.rank.map(Rank).or(session.rank),
             kind: header.kind.clone(),
             name: header.name.clone(),
@@ -67,7 +68,7 @@ impl IngestService {
         crate::snapshots::check_kind(&header.kind)?;
         match self.snapshots.status(&header.sha256)? {
             Holding::Stored => {
-                let held = self.jobs.store.snapshots(&session.job.id).await.map_err(ServiceError::from)?;
+                let held = self.jobs.store.snapshots(session.job.id()).await.map_err(ServiceError::from)?;
                 let mine = held.iter().any(|s| s.sha256 == header.sha256) || self.snapshots.uploaded_by(&header.sha256, &session.uploader);
                 if !mine {
                     // Not this agent's content: it proves it holds the content by sending it.
@@ -91,13 +92,14 @@ impl IngestService {
     /// Refuses a snapshot that would take the job past its snapshot quota (`--max-job-snapshot-gb`).
     pub(super) async fn check_job_quota(&self, session: &Session, header: &v1::SnapshotHeader) -> Result<(), ServiceError> {
         let Some(quota) = self.snapshots.per_job_quota() else { return Ok(()) };
-        let held: u64 = self.jobs.store.snapshots(&session.job.id).await?.iter().map(|s| s.stored_bytes).sum();
+        let held: u64 = self.jobs.store.snapshots(session.job.id()).await?.iter().map(|s| s.stored_bytes).sum();
         if held.saturating_add(header.size.min(self.snapshots.cap())) > quota {
             return Err(crate::limits::Limit::SnapshotQuota.refuse(
                 &self.metrics,
                 format!(
                     "job {} holds {held} bytes of snapshots, and {:?} would pass its quota of {quota} (--max-job-snapshot-gb)",
-                    session.job.id, header.name
+                    session.job.id(),
+                    header.name
                 ),
             ));
         }

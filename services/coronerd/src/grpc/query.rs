@@ -1,6 +1,6 @@
 //! The Query service: jobs, reports, search, counts per rank, the timeline, snapshots, and a live
 //! watch of a job's report. Search and the timeline are computed in [`crate::views`], shared with
-//! the web page.
+//! the web page; jobs are reached through the registry ([`Jobs`]) and their methods only.
 
 use crate::error::ServiceError;
 use crate::jobs::Jobs;
@@ -8,7 +8,8 @@ use crate::searches::Searches;
 use crate::snapshots::SnapshotStore;
 use crate::views::search::{self, SearchParams};
 use crate::views::timeline::{Timeline, TimelineOptions};
-use coroner_model::{JobId, Report};
+use crate::views::{job_id, snapshot_file};
+use coroner_model::Report;
 use coroner_proto::v1::{self, query_server::Query};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -28,10 +29,6 @@ impl QueryService {
     pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, searches: Arc<Searches>) -> Self {
         QueryService { jobs, snapshots, searches }
     }
-}
-
-pub fn job_id(s: &str) -> Result<JobId, ServiceError> {
-    JobId::parse(s).map_err(|e| ServiceError::InvalidArgument(format!("job id: {e}")))
 }
 
 pub fn report_response(report: &Report) -> v1::ReportResponse {
@@ -89,31 +86,6 @@ pub fn snapshot_info(s: &coroner_store::SnapshotRecord) -> v1::SnapshotInfo {
     }
 }
 
-/// The stored file of snapshot `sha256` of `job`, or not found (unknown job, a snapshot of
-/// another job, bytes not kept).
-pub async fn snapshot_file(
-    jobs: &Jobs,
-    store: &SnapshotStore,
-    job: &str,
-    sha256: &str,
-) -> Result<(coroner_store::SnapshotRecord, std::path::PathBuf), ServiceError> {
-    let id = job_id(job)?;
-    let job = jobs.get(&id, false).await?;
-    let sha = sha256.trim().to_ascii_lowercase();
-    let path = store.path_of(&sha).ok_or_else(|| ServiceError::InvalidArgument(format!("{sha256:?} is not a sha256 (64 hex digits)")))?;
-    let record = jobs
-        .store
-        .snapshots(&job.id)
-        .await?
-        .into_iter()
-        .find(|s| s.sha256 == sha)
-        .ok_or_else(|| ServiceError::NotFound(format!("job {id} has no snapshot {sha} (list them with `coroner snapshot list {id}`)")))?;
-    if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
-        return Err(ServiceError::NotFound(format!("snapshot {sha} of job {id}: its bytes were not kept on this server")));
-    }
-    Ok((record, path))
-}
-
 type ReportStream = Pin<Box<dyn Stream<Item = Result<v1::ReportResponse, Status>> + Send>>;
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<v1::SnapshotData, Status>> + Send>>;
 
@@ -147,7 +119,7 @@ impl Query for QueryService {
     async fn get_report(&self, req: Request<v1::GetReportRequest>) -> Result<Response<v1::ReportResponse>, Status> {
         let id = job_id(&req.into_inner().job_id)?;
         let job = self.jobs.get(&id, false).await?;
-        let report = job.current_report(&self.jobs.rules).await?;
+        let report = job.current_report().await?;
         let report = crate::incidents::with_history(&self.jobs.store, report).await;
         Ok(Response::new(report_response(&report)))
     }
@@ -170,7 +142,7 @@ impl Query for QueryService {
             limit: r.limit as usize,
             cursor: Some(r.cursor),
         };
-        let result = search::search(&self.jobs, &self.searches, &job, params).await?;
+        let result = search::search(&self.searches, &job, params).await?;
         let hits = result
             .hits
             .into_iter()
@@ -204,7 +176,7 @@ impl Query for QueryService {
 
     async fn list_snapshots(&self, req: Request<v1::GetReportRequest>) -> Result<Response<v1::ListSnapshotsResponse>, Status> {
         let job = self.jobs.get(&job_id(&req.into_inner().job_id)?, false).await?;
-        let snapshots = self.jobs.store.snapshots(&job.id).await.map_err(ServiceError::from)?;
+        let snapshots = self.jobs.store.snapshots(job.id()).await.map_err(ServiceError::from)?;
         Ok(Response::new(v1::ListSnapshotsResponse { snapshots: snapshots.iter().map(snapshot_info).collect() }))
     }
 
@@ -255,7 +227,7 @@ impl Query for QueryService {
         let job = self.jobs.get(&id, true).await?;
         let mut rx = job.watch();
         rx.borrow_and_update();
-        let first = job.current_report(&self.jobs.rules).await?;
+        let first = job.current_report().await?;
         Ok(Response::new(Box::pin(watch_stream(first, rx, self.jobs.shutdown.clone()))))
     }
 

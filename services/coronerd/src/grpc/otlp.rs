@@ -188,7 +188,7 @@ impl LogsService for OtlpLogs {
     async fn export(&self, req: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
         let now = now_ns();
         let (records, mut rejected, mut why) = map_request(req.get_ref(), now);
-        // Host names are shown and kept per rank: bounded and plain, like an agent's (`ingest/session_limits.rs`).
+        // Host names are shown and kept per rank: bounded and plain, like an agent's (`grpc/ingest/session_limits.rs`).
         let max = self.jobs.limits.max_string_bytes;
         let before = records.len();
         let records: Vec<Mapped> = records.into_iter().filter(|m| m.host.len() <= max && !m.host.chars().any(char::is_control)).collect();
