@@ -13,7 +13,7 @@ WORKDIR /src
 COPY . .
 RUN find . -type f ! -name Cargo.toml ! -name Cargo.lock ! -name lib.rs ! -name main.rs ! -name build.rs ! -path './proto/*' -delete \
  && find . -name lib.rs -exec sh -c 'for f; do : > "$f"; done' sh {} + \
- && find . -name main.rs -exec sh -c 'for f; do echo "fn main() {}" > "$f"; done' sh {} + \
+ && find . -name main.rs -exec sh -c 'for f; do echo "fn main() { }" > "$f"; done' sh {} + \
  && find . -type d -empty -delete
 
 # Stage 2: dependencies first (cached), then coroner itself.

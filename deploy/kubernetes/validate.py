@@ -6,7 +6,7 @@
 1. Renders the base and each overlay (kustomize-style). With `kubectl` (which carries kustomize)
    or `kustomize` installed, both that and this file's own renderer render each one and must
    agree; without either, this file's renderer alone (it reads the subset of kustomize these
-   manifests use: resources, components, namespace, images, strategic-merge and JSON patches,
+   manifests use: resources, components, namespace, images and strategic-merge patches,
    and refuses anything else rather than ignore it).
 2. Checks every object, rendered and in examples/, strictly (an unknown field is an error):
    built-in kinds against the Kubernetes schemas in `kubernetes-validate`, for the oldest
@@ -115,13 +115,8 @@ def apply_patch(objs, entry, directory):
     text = (directory / entry["path"]).read_text() if "path" in entry else entry["patch"]
     body = yaml.safe_load(text)
     target = entry.get("target")
-    if isinstance(body, list):
-        if not target:
-            raise Failure(f"{directory}: a JSON patch needs a target")
-        for o in select(objs, target, directory):
-            for op in body:
-                json_patch(o, op, directory)
-        return
+    if not isinstance(body, dict):
+        raise Failure(f"{directory}: only strategic-merge patches are read by this renderer (a JSON patch is a list)")
     target = target or {"kind": body["kind"], "name": body["metadata"]["name"]}
     for o in select(objs, target, directory):
         builtin = o["apiVersion"] in BUILTIN_GROUPS
@@ -134,7 +129,7 @@ def select(objs, target, directory):
     unknown = set(target) - {"kind", "name"}
     if unknown:
         raise Failure(f"{directory}: patch targets by {sorted(unknown)} are not read by this renderer")
-    found = [o for o in objs if all(o.get("kind") == target["kind"] if f == "kind" else o["metadata"].get("name") == target["name"] for f in target)]
+    found = [o for o in objs if target.get("kind", o["kind"]) == o["kind"] and target.get("name", o["metadata"]["name"]) == o["metadata"]["name"]]
     if not found:
         raise Failure(f"{directory}: a patch's target {target} matches nothing")
     return found
@@ -163,33 +158,6 @@ def strategic_merge(orig, patch, builtin):
         else:
             out[k] = copy.deepcopy(v)
     return out
-
-
-def json_patch(obj, op, directory):
-    parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-    parent = obj
-    for p in parts[:-1]:
-        parent = parent[int(p)] if isinstance(parent, list) else parent[p]
-    last = parts[-1]
-    kind = op["op"]
-    if isinstance(parent, list):
-        index = len(parent) if last == "-" else int(last)
-        if kind == "add":
-            parent.insert(index, op["value"])
-        elif kind == "replace":
-            parent[index] = op["value"]
-        elif kind == "remove":
-            del parent[index]
-        else:
-            raise Failure(f"{directory}: JSON patch op {kind} is not read by this renderer")
-    elif kind in ("add", "replace"):
-        if kind == "replace" and last not in parent:
-            raise Failure(f"{directory}: JSON patch replaces {op['path']}, which is not there")
-        parent[last] = op["value"]
-    elif kind == "remove":
-        del parent[last]
-    else:
-        raise Failure(f"{directory}: JSON patch op {kind} is not read by this renderer")
 
 
 def set_image(objs, entry):
