@@ -281,7 +281,8 @@ fn the_kubernetes_probes_answer_without_a_token() {
     }
     let status = runtime().block_on(async {
         use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
-        let mut health = HealthClient::connect(g.grpc_url.clone()).await.expect("connect");
+        let channel = tonic::transport::Channel::from_shared(g.grpc_url.clone()).expect("url").connect().await.expect("connect");
+        let mut health = HealthClient::new(channel);
         health.check(HealthCheckRequest { service: String::new() }).await.expect("a health check needs no token").into_inner().status
     });
     assert_eq!(status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);

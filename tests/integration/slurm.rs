@@ -153,7 +153,7 @@ fn the_epilog_ships_what_a_task_left_in_its_spool_and_never_fails_the_node() {
     assert_eq!(shipped.status.code(), Some(0), "{}", String::from_utf8_lossy(&shipped.stderr));
     assert_eq!(spools(spool.path()), 0, "a delivered spool is removed");
     let r = report_when(&server, "4343_0", "the spooled task reaches coronerd", |r| {
-        r["ranks"].as_array().is_some_and(|a| a.iter().any(|x| x["rank"] == 0 && x["lines"].as_u64() == Some(2) && x["end"].is_object()))
+        r["ranks"].as_array().is_some_and(|a| a.iter().any(|x| x["rank"] == 0 && x["lines"].as_u64() == Some(2) && x["ended"] == "exited 3"))
     });
     assert_eq!(r["ranks"][0]["host"], "node-c", "{r:#}");
     let hits = server.coroner(&["search", "4343_0", "epilog-marker", "--json"]);
