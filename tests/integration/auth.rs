@@ -287,7 +287,8 @@ fn the_kubernetes_probes_answer_without_a_token() {
     });
     assert_eq!(status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
 
-    let monitor = std::fs::read_to_string(data_dir().join("../../deploy/kubernetes/components/servicemonitor/servicemonitor.yaml")).expect("servicemonitor.yaml");
+    let monitor =
+        std::fs::read_to_string(data_dir().join("../../deploy/kubernetes/components/servicemonitor/servicemonitor.yaml")).expect("servicemonitor.yaml");
     assert!(monitor.contains("path: /metrics") && monitor.contains("key: read"), "the ServiceMonitor scrapes /metrics with the read token");
     assert_eq!(g.get("/metrics", &[&format!("Authorization: Bearer {READ}")]).0, 200);
 }

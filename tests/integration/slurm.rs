@@ -22,7 +22,9 @@ fn srun_task(server: &str, spool: &Path, slurm: &[(&str, String)], command: &[&s
     let mut c = Command::new(binary("coroner-agent"));
     c.args(["run", "--"]).args(command);
     for (name, _) in std::env::vars() {
-        if ["SLURM", "CORONER_", "TORCHELASTIC_", "OMPI_", "PMI", "PET_"].iter().any(|p| name.starts_with(p)) || ["RANK", "LOCAL_RANK", "WORLD_SIZE"].contains(&name.as_str()) {
+        if ["SLURM", "CORONER_", "TORCHELASTIC_", "OMPI_", "PMI", "PET_"].iter().any(|p| name.starts_with(p))
+            || ["RANK", "LOCAL_RANK", "WORLD_SIZE"].contains(&name.as_str())
+        {
             c.env_remove(name);
         }
     }
@@ -107,7 +109,9 @@ fn srun_tasks_under_the_agent_report_the_slurm_job_the_failing_rank_and_its_node
     let notes = notes(&r);
     for rank in [0, 1] {
         assert!(
-            notes.iter().any(|n| n.starts_with(&format!("rank {rank}'s agent")) && n.contains("restart 1 of job 4242_0") && n.contains("SLURM_RESTART_COUNT=1")),
+            notes
+                .iter()
+                .any(|n| n.starts_with(&format!("rank {rank}'s agent")) && n.contains("restart 1 of job 4242_0") && n.contains("SLURM_RESTART_COUNT=1")),
             "each task's agent notes the requeue: {notes:?}"
         );
     }
@@ -121,9 +125,10 @@ fn the_epilog_ships_what_a_task_left_in_its_spool_and_never_fails_the_node() {
     let spool = tempfile::tempdir().expect("tempdir");
     // coronerd is away for the whole task: the agent leaves its lines and the end in the spool.
     let away = format!("http://127.0.0.1:{}", free_port());
-    let out = srun_task(&away, spool.path(), &slurm_env("4343", 0, 1, "node-c", 0), &["sh", "-c", "echo epilog-marker one; echo epilog-marker two >&2; exit 3"])
-        .output()
-        .expect("run coroner-agent");
+    let out =
+        srun_task(&away, spool.path(), &slurm_env("4343", 0, 1, "node-c", 0), &["sh", "-c", "echo epilog-marker one; echo epilog-marker two >&2; exit 3"])
+            .output()
+            .expect("run coroner-agent");
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
     let spools = |dir: &Path| -> usize {
         let key = dir.join("4343_0").join("rank-0");

@@ -220,7 +220,10 @@ mod tests {
         assert_eq!(restart_count(both, &mut w), Some(("CORONER_ATTEMPT", 1)), "the explicit variable wins");
         assert_eq!(restart_count(env_of(&[]), &mut w), None);
         assert!(w.is_empty(), "{w:?}");
-        assert_eq!(restart_count(env_of(&[("SLURM_RESTART_COUNT", "x"), ("TORCHELASTIC_RESTART_COUNT", "1")]), &mut w), Some(("TORCHELASTIC_RESTART_COUNT", 1)));
+        assert_eq!(
+            restart_count(env_of(&[("SLURM_RESTART_COUNT", "x"), ("TORCHELASTIC_RESTART_COUNT", "1")]), &mut w),
+            Some(("TORCHELASTIC_RESTART_COUNT", 1))
+        );
         assert_eq!(w, vec!["SLURM_RESTART_COUNT=\"x\" is not a number; ignored".to_string()]);
     }
 
