@@ -3,6 +3,9 @@
 # The image runs coronerd as user 10001 (not root). Kubernetes: deploy/kubernetes
 # (docs/KUBERNETES.md); the agent binary is static, so a training pod can copy it out of this
 # image into any training image (the examples do it with an init container).
+# No Docker engine runs where coroner is developed: this file's steps were run by hand instead
+# (the stub stage on a copy of the tree, the dependency build, the touch, the real build, for
+# all three binaries; the binaries' sizes are in the README), not `docker build` itself.
 
 # Stage 1: the workspace reduced to what decides the dependencies: the Cargo manifests, the lock
 # file, the build scripts and what they read (proto/), and every crate root replaced by a stub.
