@@ -6,7 +6,7 @@ Every step, each rank computes a loss and the ranks sum it with a ring all-reduc
 One rank can be made to fail at a chosen step, and the others fail after it the way real jobs do:
 its ring neighbour sees the connection close, the rest time out waiting.
 
-Environment: RANK, WORLD_SIZE (as torchrun sets them), MASTER_PORT (default 29600), STEPS (8),
+Environment: RANK, WORLD_SIZE (as torchrun sets them; under srun, SLURM_PROCID and SLURM_NTASKS), MASTER_PORT (default 29600), STEPS (8),
 STEP_SECONDS (0.2), COLLECTIVE_TIMEOUT (10 s), FAULT_RANK, FAULT_STEP (3), and FAULT, one of:
   nan       raise ValueError("loss is not finite: nan at step N")
   exception raise RuntimeError with a shape error
@@ -24,8 +24,8 @@ import struct
 import sys
 import time
 
-RANK = int(os.environ.get("RANK", "0"))
-WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+RANK = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+WORLD = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
 BASE_PORT = int(os.environ.get("MASTER_PORT", "29600"))
 STEPS = int(os.environ.get("STEPS", "8"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))

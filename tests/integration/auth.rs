@@ -260,3 +260,35 @@ fn a_proxied_query_carries_the_callers_token() {
         std::panic::resume_unwind(p);
     }
 }
+
+/// What deploy/kubernetes asks of a coronerd that enforces tokens: every HTTP probe path in the
+/// manifests (startup, liveness, readiness) answers 200 without a token, the readiness probe's
+/// gRPC health check of the whole server ("") says SERVING without one, and the ServiceMonitor's
+/// /metrics answers with the read token it is given.
+#[test]
+fn the_kubernetes_probes_answer_without_a_token() {
+    let manifests: String = ["deploy/kubernetes/base/statefulset.yaml", "deploy/kubernetes/components/tls/statefulset-tls.yaml"]
+        .iter()
+        .map(|p| std::fs::read_to_string(data_dir().join("../..").join(p)).unwrap_or_else(|e| panic!("read {p}: {e}")))
+        .collect();
+    let paths: Vec<&str> = manifests.lines().filter_map(|l| l.trim().strip_prefix("path: ")).collect();
+    assert!(paths.len() >= 3, "the manifests' probes name their paths: {paths:?}");
+    assert!(manifests.contains("grpc:\n              port: 7070"), "the readiness probe asks gRPC health on the agents' port");
+
+    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    for path in paths {
+        assert_eq!(g.get(path, &[]).0, 200, "the probe path {path} without a token");
+    }
+    let status = runtime().block_on(async {
+        use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+        let channel = tonic::transport::Channel::from_shared(g.grpc_url.clone()).expect("url").connect().await.expect("connect");
+        let mut health = HealthClient::new(channel);
+        health.check(HealthCheckRequest { service: String::new() }).await.expect("a health check needs no token").into_inner().status
+    });
+    assert_eq!(status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+
+    let monitor =
+        std::fs::read_to_string(data_dir().join("../../deploy/kubernetes/components/servicemonitor/servicemonitor.yaml")).expect("servicemonitor.yaml");
+    assert!(monitor.contains("path: /metrics") && monitor.contains("key: read"), "the ServiceMonitor scrapes /metrics with the read token");
+    assert_eq!(g.get("/metrics", &[&format!("Authorization: Bearer {READ}")]).0, 200);
+}

@@ -14,6 +14,7 @@ mod query_api;
 mod red_team;
 mod served;
 mod skewed_clocks;
+mod slurm;
 mod snapshots;
 mod takeover;
 mod tls;

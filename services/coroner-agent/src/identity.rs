@@ -125,6 +125,39 @@ fn launcher_from_env(env: &impl Fn(&str) -> Option<String>) -> &'static str {
     }
 }
 
+/// The host name the agent reports: `--host`/`CORONER_HOST` first, then Slurm's name for the
+/// node (`SLURMD_NODENAME`, the name `scontrol` drains, which `hostname` may spell otherwise),
+/// else `gethostname`. In a Kubernetes pod gethostname is the pod's name, which is new for every
+/// job and names no machine: the manifests set `CORONER_HOST` from the pod's `spec.nodeName`.
+pub fn host_name(explicit: Option<&str>, env: impl Fn(&str) -> Option<String>, gethostname: &str) -> String {
+    explicit
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+        .or_else(|| non_empty(&env, "SLURMD_NODENAME"))
+        .unwrap_or_else(|| gethostname.to_string())
+}
+
+/// Variables that count how often the launcher restarted the job, the first set wins:
+/// `CORONER_ATTEMPT` (set it from a JobSet pod's `jobset.sigs.k8s.io/restart-attempt` label),
+/// Slurm's `SLURM_RESTART_COUNT` (requeues), torchrun's `TORCHELASTIC_RESTART_COUNT` (a worker's
+/// own environment).
+const RESTART_VARS: &[&str] = &["CORONER_ATTEMPT", "SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"];
+
+/// Which restart of the job this is, when the launcher says: `(variable, count)`, count 0 being
+/// the first run. A value that is not a number is ignored and said.
+pub fn restart_count(env: impl Fn(&str) -> Option<String>, warnings: &mut Vec<String>) -> Option<(&'static str, u32)> {
+    for name in RESTART_VARS {
+        if let Some(v) = non_empty(&env, name) {
+            match v.parse::<u32>() {
+                Ok(n) => return Some((name, n)),
+                Err(_) => warnings.push(format!("{name}={v:?} is not a number; ignored")),
+            }
+        }
+    }
+    None
+}
+
 /// This host's name, from gethostname(2).
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
@@ -167,6 +200,31 @@ mod tests {
         assert_eq!(id.job.as_str(), "1234_0");
         assert_eq!((id.rank, id.local_rank, id.world_size), (Some(Rank(3)), Some(3), Some(16)));
         assert_eq!(id.launcher, "slurm");
+    }
+
+    #[test]
+    fn slurm_node_name_is_the_host_unless_one_is_given() {
+        let env = env_of(&[("SLURMD_NODENAME", "gpu-a17"), ("SLURM_NODEID", "3")]);
+        assert_eq!(host_name(None, &env, "gpu-a17.cluster.example"), "gpu-a17", "Slurm's own name for the node, the one scontrol drains");
+        assert_eq!(host_name(Some("node-x"), &env, "h"), "node-x", "--host / CORONER_HOST wins");
+        assert_eq!(host_name(Some("  "), env_of(&[]), "h"), "h", "an empty --host is no host");
+        assert_eq!(host_name(None, env_of(&[]), "trainer-worker-0"), "trainer-worker-0");
+    }
+
+    #[test]
+    fn restart_counts_from_slurm_torchrun_or_coroner() {
+        let mut w = Vec::new();
+        assert_eq!(restart_count(env_of(&[("SLURM_RESTART_COUNT", "2")]), &mut w), Some(("SLURM_RESTART_COUNT", 2)));
+        assert_eq!(restart_count(env_of(&[("TORCHELASTIC_RESTART_COUNT", "0")]), &mut w), Some(("TORCHELASTIC_RESTART_COUNT", 0)));
+        let both = env_of(&[("CORONER_ATTEMPT", "1"), ("SLURM_RESTART_COUNT", "4")]);
+        assert_eq!(restart_count(both, &mut w), Some(("CORONER_ATTEMPT", 1)), "the explicit variable wins");
+        assert_eq!(restart_count(env_of(&[]), &mut w), None);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(
+            restart_count(env_of(&[("SLURM_RESTART_COUNT", "x"), ("TORCHELASTIC_RESTART_COUNT", "1")]), &mut w),
+            Some(("TORCHELASTIC_RESTART_COUNT", 1))
+        );
+        assert_eq!(w, vec!["SLURM_RESTART_COUNT=\"x\" is not a number; ignored".to_string()]);
     }
 
     #[test]

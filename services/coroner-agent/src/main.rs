@@ -75,6 +75,10 @@ pub(crate) struct RunArgs {
     /// World size [default: from WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE].
     #[arg(long, env = "CORONER_WORLD_SIZE")]
     pub(crate) world_size: Option<String>,
+    /// The host name to report, the machine `coroner suspects` would drain [default: SLURMD_NODENAME,
+    /// else the hostname; in a Kubernetes pod, set it from the pod's spec.nodeName].
+    #[arg(long, env = "CORONER_HOST")]
+    pub(crate) host: Option<String>,
     /// coronerd's gRPC address, or several separated by commas.
     #[arg(long, env = "CORONER_SERVER", default_value = "http://127.0.0.1:7070")]
     pub(crate) server: String,

@@ -69,9 +69,13 @@ pub struct Plan {
 
 impl Plan {
     /// Decides everything from the flags and the environment. The warnings are also in `notes`.
-    pub fn resolve(args: &RunArgs, env: impl Fn(&str) -> Option<String>, host: &str, pid: u32, started_ns: i64) -> Plan {
+    /// `gethostname` is the machine's own name; `--host`, `CORONER_HOST` or `SLURMD_NODENAME`
+    /// replace it (`identity::host_name`).
+    pub fn resolve(args: &RunArgs, env: impl Fn(&str) -> Option<String>, gethostname: &str, pid: u32, started_ns: i64) -> Plan {
         let mut notes = Vec::new();
+        let host = &identity::host_name(args.host.as_deref(), &env, gethostname);
         let id = identify(args, &env, host, pid, started_ns, &mut notes);
+        restart_note(&env, id.job.as_str(), &mut notes);
         let command: Vec<OsString> = args.command.clone();
         let is_launcher = launcher_mode(args.launcher.as_deref(), &command, &mut notes);
         let node_rank_base = if is_launcher {
@@ -199,6 +203,17 @@ fn identify(args: &RunArgs, env: &impl Fn(&str) -> Option<String>, host: &str, p
     let (id, warnings) = identity::resolve(&explicit, env, host, &stamp(started_ns), pid);
     notes.extend(warnings);
     id
+}
+
+/// A job the launcher restarted (a Slurm requeue, a torchrun restart, a JobSet restart) keeps its
+/// job id, so every attempt's lines share one job. The protocol has no field for the attempt
+/// yet: a restart is said in a note, for the report, with the variable that counted it.
+fn restart_note(env: &impl Fn(&str) -> Option<String>, job: &str, notes: &mut Vec<String>) {
+    if let Some((var, n)) = identity::restart_count(env, notes).filter(|&(_, n)| n > 0) {
+        notes.push(format!(
+            "this is restart {n} of job {job} ({var}={n}): its lines join those of the earlier attempts in this job, and the report does not tell the attempts apart"
+        ));
+    }
 }
 
 /// Whether the agent speaks for a whole node's launcher (`--launcher auto|none|torchrun`).
@@ -359,6 +374,52 @@ pub(crate) mod tests {
         let p = Plan::resolve(&a, env_of(&[("WORLD_SIZE", "4")]), "vm", 7, NS);
         assert_eq!(p.rank, None);
         assert!(p.notes[0].contains("no rank"), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn a_slurm_task_speaks_for_its_step_rank_and_node() {
+        let a = args(&["coroner-agent", "run", "--", "python", "train.py"]);
+        let slurm = [
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "5"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_NODEID", "2"),
+            ("SLURMD_NODENAME", "gpu-a17"),
+        ];
+        let p = Plan::resolve(&a, env_of(&slurm), "gpu-a17.cluster.example", 7, NS);
+        assert_eq!((p.job.as_str(), p.rank, p.local_rank, p.world_size), ("4242_0", Some(5), Some(1), Some(8)));
+        assert_eq!((p.host.as_str(), p.launcher.as_str()), ("gpu-a17", "slurm"));
+        assert!(p.key_dir.ends_with("4242_0/rank-5"), "{}", p.key_dir.display());
+        assert!(p.notes.is_empty(), "a first run says nothing: {:?}", p.notes);
+    }
+
+    #[test]
+    fn a_requeued_slurm_job_says_which_restart_it_is() {
+        let a = args(&["coroner-agent", "run", "--", "python", "train.py"]);
+        let env = [("SLURM_JOB_ID", "4242"), ("SLURM_STEP_ID", "0"), ("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2"), ("SLURM_RESTART_COUNT", "2")];
+        let p = Plan::resolve(&a, env_of(&env), "n1", 7, NS);
+        assert_eq!(p.job, "4242_0", "a requeued job keeps its id: the attempts are one job");
+        assert_eq!(p.notes.len(), 1, "{:?}", p.notes);
+        assert!(p.notes[0].contains("restart 2 of job 4242_0") && p.notes[0].contains("SLURM_RESTART_COUNT=2"), "{:?}", p.notes);
+        let first = [("SLURM_JOB_ID", "4242"), ("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2"), ("SLURM_RESTART_COUNT", "0")];
+        assert!(Plan::resolve(&a, env_of(&first), "n1", 7, NS).notes.is_empty());
+    }
+
+    #[test]
+    fn a_pod_reports_the_node_it_runs_on() {
+        // What the example PyTorchJob sets: the job from a pod label, the node from spec.nodeName
+        // (`CORONER_HOST`, which clap reads into --host); the operator sets RANK (the pod's node
+        // rank), WORLD_SIZE and PET_* for torchrun.
+        let a = args(&["coroner-agent", "run", "--host", "gke-pool-a-7f3c", "--", "torchrun", "train.py"]);
+        let env = [("CORONER_JOB", "llm-pretrain"), ("RANK", "1"), ("WORLD_SIZE", "4"), ("PET_NODE_RANK", "1"), ("PET_NPROC_PER_NODE", "2")];
+        let p = Plan::resolve(&a, env_of(&env), "llm-pretrain-worker-0", 7, NS);
+        assert_eq!(p.job, "llm-pretrain");
+        assert!(p.is_launcher, "torchrun in the pod: one agent for the node");
+        assert_eq!((p.rank, p.node_rank_base, p.world_size), (None, Some(2), Some(4)));
+        assert_eq!(p.host, "gke-pool-a-7f3c", "the node, not the pod's name");
+        assert!(p.key_dir.ends_with("llm-pretrain/node-gke-pool-a-7f3c"), "{}", p.key_dir.display());
     }
 
     #[test]
