@@ -9,7 +9,7 @@
 //!   asked for a stack dump, runs `py-spy dump` (a stand-in script here) and uploads it; and the
 //!   finding is withdrawn once the culprit prints again or the others end.
 
-use crate::served::free_port;
+use crate::served::Served;
 use coroner_analysis::live::{replay, Feed, LiveConfig};
 use coroner_model::{Nanos, Rank};
 use coroner_tests::{binary, data_dir, truth, Collected};
@@ -230,23 +230,9 @@ fn suspects(v: &serde_json::Value) -> Vec<u64> {
 
 #[test]
 fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog() {
-    let data = tempfile::tempdir().expect("tempdir");
     let spool = tempfile::tempdir().expect("tempdir");
-    let (grpc, http) = (free_port(), free_port());
-    let mut server = Command::new(binary("coronerd"))
-        .arg("--data-dir")
-        .arg(data.path())
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--hang-floor", "2"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start coronerd");
-    let url = format!("http://127.0.0.1:{grpc}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !Command::new(binary("coroner")).args(["--server", &url, "jobs"]).output().is_ok_and(|o| o.status.success()) {
-        assert!(Instant::now() < deadline, "coronerd did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let server = Served::start_with(&["--hang-floor", "2"]);
+    let (url, http) = (server.grpc_url.clone(), server.http_port);
     let tools = tempfile::tempdir().expect("tempdir");
     fake_py_spy(tools.path());
     let started = Instant::now();
@@ -346,7 +332,6 @@ fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog()
         }
         stop(j);
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -35,10 +35,31 @@ use tokio_util::sync::CancellationToken;
 pub use config::Config;
 
 /// The addresses a running server actually bound (ports may have been 0).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Bound {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+}
+
+impl Bound {
+    /// Writes the addresses to `path` (`--ready-file`) through a temporary file renamed into
+    /// place, so a reader sees the whole file or none.
+    pub fn write_ready_file(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let json = serde_json::to_vec(self).context("encode the bound addresses")?;
+        std::fs::write(&tmp, json).with_context(|| format!("write the ready file {} (--ready-file)", std::path::Path::new(&tmp).display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("move the ready file into place at {} (--ready-file)", path.display()))
+    }
+
+    /// The addresses a server wrote to `path` (`--ready-file`); `None` until it has.
+    pub fn read_ready_file(path: &std::path::Path) -> anyhow::Result<Option<Bound>> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| format!("read the ready file {}: not coronerd's JSON", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("read the ready file {}", path.display())),
+        }
+    }
 }
 
 /// Runs the server until `shutdown` is cancelled.
@@ -56,11 +77,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     };
     let tokens = Arc::new(config.tokens()?.with_secure_cookie(http_tls.is_some()));
     // Proxied queries to other instances trust this CA for their https:// addresses.
-    if let Some(ca) = &config.tls_ca {
-        std::fs::metadata(ca).with_context(|| format!("the TLS CA file {} (--tls-ca)", ca.display()))?;
-        // Set once per process (a second server in one process keeps the first CA).
-        let _ = coroner_proto::auth::set_tls_ca(Some(ca));
-    }
+    let peer_auth = coroner_proto::auth::ClientAuth::default().with_tls_ca(config.tls_ca.as_deref()).map_err(|e| anyhow::anyhow!("{e} (--tls-ca)"))?;
     std::fs::create_dir_all(&config.data_dir).with_context(|| format!("create the data dir {}", config.data_dir.display()))?;
     let rules = load_rules(&config)?;
     let store = coroner_store::connect(&config.database_url()).await.with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
@@ -85,7 +102,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     )?);
     retention::spawn(jobs.clone(), snapshot_store.clone(), config.retention, shutdown.clone());
     // Queries and heartbeats about a job another instance owns go to the owner.
-    let peers = proxy::Peers::default();
+    let peers = proxy::Peers::new(peer_auth);
 
     live::configure(config.hang_step_multiple, config.hang_floor);
     let liveness = live::LivenessService::new(jobs.clone());
@@ -149,6 +166,9 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
         None => Box::pin(http::serve::serve(http_listener, app, header_timeout, http_shutdown)),
         Some(tls) => Box::pin(http::serve::serve(tls::TlsListener::new(http_listener, tls)?, app, header_timeout, http_shutdown)),
     };
+    if let Some(path) = &config.ready_file {
+        bound.write_ready_file(path)?;
+    }
     let server = async move {
         let (g, h) = tokio::join!(grpc, http);
         g.context("gRPC server")?;
