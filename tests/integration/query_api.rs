@@ -4,8 +4,6 @@
 
 use crate::served::{runtime, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
-use coroner_tests::{binary, data_dir};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_stream::StreamExt;
 

@@ -61,10 +61,6 @@ impl TestServer {
 
     /// Stops it as SIGTERM stops the binary (stop accepting, finish commits, write final
     /// reports); the server's own result, or an error when it took longer than [`STOP_LIMIT`].
-    pub fn stop(mut self) -> anyhow::Result<()> {
-        self.stop_in_order()
-    }
-
     fn stop_in_order(&mut self) -> anyhow::Result<()> {
         let (Some(runtime), Some(task)) = (self.runtime.take(), self.task.take()) else { return Ok(()) };
         self.shutdown.cancel();

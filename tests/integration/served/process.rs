@@ -101,11 +101,6 @@ impl Served {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
-
-    /// The server's data dir (its SQLite metastore is `coroner.db` there).
-    pub fn data_path(&self) -> &Path {
-        &self.data_dir
-    }
 }
 
 impl std::ops::Deref for Served {
