@@ -31,7 +31,7 @@ impl std::fmt::Debug for ClientAuth {
 impl ClientAuth {
     /// From the flags: `token` (an empty or blank token is none) and `tls_ca`, a PEM file read now.
     pub fn new(token: Option<&str>, tls_ca: Option<&std::path::Path>) -> Result<ClientAuth, String> {
-        Ok(ClientAuth::default().with_token(token)?.with_tls_ca(tls_ca)?)
+        ClientAuth::default().with_token(token)?.with_tls_ca(tls_ca)
     }
 
     /// The same, sending `token` (an empty or blank token is none).

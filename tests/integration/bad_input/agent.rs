@@ -1,7 +1,7 @@
 //! The real agent around a real child: a full spool with no server, two agents claiming one rank,
 //! and lines no terminal would like (10 MB, invalid UTF-8, NUL bytes).
 
-use crate::served::{runtime, Served};
+use crate::served::{runtime, Endpoints, Served};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use coroner_tests::binary;
 use std::path::Path;
@@ -47,7 +47,7 @@ async fn hits(q: &mut QueryClient<tonic::transport::Channel>, job: &str, query: 
 }
 
 /// The report's notes, once one of them contains `wanted` (or the last ones seen after 20 s).
-fn notes_with(server: &Served, job: &str, wanted: &str) -> Vec<String> {
+fn notes_with(server: &Endpoints, job: &str, wanted: &str) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = server.coroner(&["report", job, "--json"]);

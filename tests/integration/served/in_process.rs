@@ -38,11 +38,7 @@ impl TestServer {
         configure(&mut config);
         let data_dir = config.data_dir.clone();
         // Two workers, like a small host: the tests run many servers at once on few cores.
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("test-coronerd")
-            .enable_all()
-            .build()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("test-coronerd").enable_all().build()?;
         let shutdown = CancellationToken::new();
         let (server, bound) = runtime.block_on(coronerd::start(config, shutdown.clone()))?;
         let task = runtime.spawn(server);
