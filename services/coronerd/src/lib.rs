@@ -200,3 +200,28 @@ fn redact(url: &str) -> String {
         _ => url.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Bound;
+
+    #[test]
+    fn the_ready_file_reads_back_what_was_bound_and_is_none_until_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ready.json");
+        assert_eq!(Bound::read_ready_file(&path).expect("no file yet is no error"), None);
+        let bound = Bound { grpc: "127.0.0.1:40123".parse().expect("address"), http: "[::1]:40124".parse().expect("address") };
+        bound.write_ready_file(&path).expect("write");
+        assert_eq!(Bound::read_ready_file(&path).expect("read"), Some(bound));
+        assert!(!dir.path().join("ready.json.tmp").exists(), "the temporary file was renamed into place");
+    }
+
+    #[test]
+    fn a_ready_file_that_is_not_coronerds_names_itself() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ready.json");
+        std::fs::write(&path, "grpc=1").expect("write");
+        let err = format!("{:#}", Bound::read_ready_file(&path).expect_err("not JSON"));
+        assert!(err.contains("ready.json"), "{err}");
+    }
+}

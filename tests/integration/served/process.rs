@@ -122,7 +122,15 @@ fn spawn(root: &Path, data_dir: &Path, log: &Path, addrs: [std::net::SocketAddr;
     let ready = root.join("ready.json");
     let _ = std::fs::remove_file(&ready);
     let stderr = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
-    let mut child = Command::new(binary("coronerd"))
+    let mut command = Command::new(binary("coronerd"));
+    // Its configuration is the flags here, not whatever `CORONER_*` this test process inherited
+    // (a developer's token would turn every test's server into a guarded one); logging aside.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CORONER_") && key != "CORONER_LOG" {
+            command.env_remove(key);
+        }
+    }
+    let mut child = command
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--grpc-addr", &addrs[0].to_string(), "--http-addr", &addrs[1].to_string()])
