@@ -126,9 +126,9 @@ mod tests {
     }
 
     #[test]
-    fn a_blank_token_is_none_and_a_non_ascii_one_is_refused() {
+    fn a_blank_token_is_none_and_one_with_control_characters_is_refused() {
         assert!(!ClientAuth::new(Some("  "), None).expect("blank").has_token());
-        let err = ClientAuth::new(Some("tök"), None).expect_err("non-ASCII");
+        let err = ClientAuth::new(Some("to\u{1}k"), None).expect_err("a control character");
         assert!(err.contains("printable ASCII"), "{err}");
     }
 
