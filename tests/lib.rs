@@ -110,3 +110,21 @@ pub fn headline(report: &coroner_model::Report) -> (String, Option<u32>, String)
 }
 
 pub type Shifts = BTreeMap<Option<Rank>, i64>;
+
+/// Asserts that `coroner analyze` or `coroner report` answered: its exit status is the code of a
+/// verdict (0 succeeded, 1 failed, 3 unknown, 4 running; 2 means it could not answer), and when
+/// it printed a JSON report, the code is the one that report's verdict owes.
+pub fn assert_answered(out: &std::process::Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code().unwrap_or_else(|| panic!("coroner was killed by a signal: {stderr}"));
+    assert!(matches!(code, 0 | 1 | 3 | 4), "coroner exited {code}, not a verdict's code: {stderr}");
+    let Ok(report) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else { return };
+    let owed = match report["verdict"].as_str() {
+        Some("succeeded") => 0,
+        Some("failed") => 1,
+        Some("unknown") => 3,
+        Some("running") => 4,
+        _ => return,
+    };
+    assert_eq!(code, owed, "exit status for verdict {}: {stderr}", report["verdict"]);
+}

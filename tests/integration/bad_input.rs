@@ -81,7 +81,7 @@ fn binary_junk_huge_lines_and_invalid_utf8_are_survived() {
     )
     .expect("write");
     let out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(dir.path()).output().expect("run coroner");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    coroner_tests::assert_answered(&out);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("core.bin") && err.contains("not a text log"), "{err}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -104,7 +104,7 @@ fn a_combined_log_is_split_by_rank_prefixes() {
     )
     .expect("write");
     let out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(&log).output().expect("run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    coroner_tests::assert_answered(&out);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["first_failure"]["rank"], 1);
     assert_eq!(report["first_failure"]["class"], "shape_mismatch");

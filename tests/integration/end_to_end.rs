@@ -5,7 +5,7 @@
 use crate::ring::Ring;
 use crate::served::{Served, TestServer};
 use coroner_tests::{binary, data_dir};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// How long a report may stay `running` once every agent has exited.
@@ -15,6 +15,13 @@ const SETTLE: Duration = Duration::from_secs(10);
 fn agents_around_a_failing_cpu_job_name_the_rank_that_died() {
     let server = Served::start();
     let dir = tempfile::tempdir().expect("tempdir");
+    // A scheduler's script waits on the job before it starts, and branches on the exit status.
+    let watcher = Command::new(binary("coroner"))
+        .args(["--server", &server.grpc_url, "watch", "e2e-kill", "--until-done"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start watch");
     let ring = Ring { server: &server.grpc_url, job: "e2e-kill", world: 3, fault: "kill", fault_rank: 1 };
     let codes: Vec<Option<i32>> = ring.start(dir.path()).into_iter().map(|mut c| c.wait().expect("agent exit").code()).collect();
     assert_eq!(codes[1], Some(137), "the agent exits as the shell would for SIGKILL: {codes:?}");
@@ -23,6 +30,8 @@ fn agents_around_a_failing_cpu_job_name_the_rank_that_died() {
     assert_eq!(report["verdict"], "failed", "{report:#}");
     assert_eq!(report["first_failure"]["rank"], 1, "{report:#}");
     assert_eq!(report["first_failure"]["class"], "killed", "{report:#}");
+    let watched = watcher.wait_with_output().expect("watch exit");
+    assert_eq!(watched.status.code(), Some(1), "watch --until-done exits 1 for a failed job: {}", String::from_utf8_lossy(&watched.stderr));
     let cascade = report["cascade"].as_array().expect("cascade");
     assert_eq!(cascade.len(), 2, "both other ranks are in the cascade: {report:#}");
     // Clock samples reached the server: offsets come from NTP-style exchanges.

@@ -11,7 +11,7 @@ fn coroner_analyze_names_the_culprit_of_every_corpus_bundle() {
     let mut wrong = Vec::new();
     for bundle in &bundles {
         let out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(bundle).output().expect("run coroner analyze");
-        assert!(out.status.success(), "{}: {}", bundle.display(), String::from_utf8_lossy(&out.stderr));
+        coroner_tests::assert_answered(&out);
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
         let first = &report["first_failure"];
         let got = (
@@ -71,7 +71,7 @@ fn text_reports_match_the_golden_files() {
     for bundle in corpus_bundles() {
         let name = bundle.file_name().expect("bundle name").to_string_lossy().into_owned();
         let out = Command::new(binary("coroner")).arg("analyze").arg(&bundle).output().expect("run coroner analyze");
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        coroner_tests::assert_answered(&out);
         let got = String::from_utf8(out.stdout).expect("the text report is UTF-8");
         let path = golden_dir.join(format!("{name}.txt"));
         if update {

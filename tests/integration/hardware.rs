@@ -29,7 +29,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 fn headline(bundle: &Path) -> (Option<u64>, String, serde_json::Value) {
     let out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(bundle).output().expect("run coroner analyze");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    coroner_tests::assert_answered(&out);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let first = report["first_failure"].clone();
     (first["rank"].as_u64(), first["class"].as_str().unwrap_or("").to_string(), first)

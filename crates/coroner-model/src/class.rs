@@ -110,10 +110,29 @@ impl Verdict {
             Verdict::Unknown => "unknown",
         }
     }
+
+    /// The verdict named as `as_str` writes it; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Verdict> {
+        [Verdict::Succeeded, Verdict::Failed, Verdict::Running, Verdict::Unknown].into_iter().find(|v| v.as_str() == s)
+    }
 }
 
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::Verdict;
+
+    #[test]
+    fn a_verdict_reads_back_what_it_writes() {
+        for v in [Verdict::Succeeded, Verdict::Failed, Verdict::Running, Verdict::Unknown] {
+            assert_eq!(Verdict::parse(v.as_str()), Some(v));
+        }
+        assert_eq!(Verdict::parse("Failed"), None);
+        assert_eq!(Verdict::parse(""), None);
     }
 }

@@ -18,14 +18,23 @@ impl FlightRecord {
         }
         let mut skip: BTreeMap<&str, usize> = per_group.iter().map(|(pg, n)| (*pg, n.saturating_sub(MAX_OPS_PER_GROUP))).collect();
         let mut stacks: HashMap<Vec<FrFrame>, u32> = HashMap::new();
+        // The previous operation of each group: the `coalesced` entry that closes a
+        // `batch_isend_irecv` is written as a collective (`is_p2p` false, the group's last
+        // collective number) but carries the batch's `p2p_seq_id`.
+        let mut previous: HashMap<&str, FrSeq> = HashMap::new();
         for e in &self.entries {
+            let after = previous.get(e.pg_name.as_str()).copied();
+            let seq = seq_of(e, after);
+            if let Some(s) = seq {
+                previous.insert(e.pg_name.as_str(), s);
+            }
             let left = skip.get_mut(e.pg_name.as_str()).expect("counted above");
             if *left > 0 {
                 *left -= 1;
                 d.dropped += 1;
                 continue;
             }
-            let Some(op) = op_of(e, &mut stacks, &mut d.stacks) else {
+            let Some(op) = seq.map(|s| op_of(e, s, &mut stacks, &mut d.stacks)) else {
                 d.dropped += 1;
                 continue;
             };
@@ -53,14 +62,28 @@ impl FlightRecord {
     }
 }
 
-fn op_of(e: &FrEntry, stacks: &mut HashMap<Vec<FrFrame>, u32>, table: &mut Vec<Vec<FrFrame>>) -> Option<FrOp> {
+fn counter(v: Option<i64>) -> Option<u64> {
+    v.and_then(|s| u64::try_from(s).ok())
+}
+
+/// The entry's counter; `after` is the previous operation's of its group. A `coalesced` entry
+/// right after point-to-point operations with its `p2p_seq_id` closes their batch.
+fn seq_of(e: &FrEntry, after: Option<FrSeq>) -> Option<FrSeq> {
+    let p2p = counter(e.p2p_seq_id);
+    let closes_batch = e.profiling_name.rsplit(':').next() == Some("coalesced") && p2p.is_some() && after == p2p.map(FrSeq::P2p);
+    if e.is_p2p || closes_batch {
+        Some(FrSeq::P2p(p2p?))
+    } else {
+        Some(FrSeq::Collective(counter(e.collective_seq_id)?))
+    }
+}
+
+fn op_of(e: &FrEntry, seq: FrSeq, stacks: &mut HashMap<Vec<FrFrame>, u32>, table: &mut Vec<Vec<FrFrame>>) -> FrOp {
     let (backend, rest) = e.profiling_name.split_once(':').unwrap_or(("", e.profiling_name.as_str()));
     let (op, detail) = match rest.split_once(' ') {
         Some((op, detail)) => (op, Some(detail.trim().to_string())),
         None => (rest, None),
     };
-    let counter = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
-    let seq = if e.is_p2p { FrSeq::P2p(counter(e.p2p_seq_id)?) } else { FrSeq::Collective(counter(e.collective_seq_id)?) };
     let frames = user_frames(&e.frames);
     let stack = (!frames.is_empty()).then(|| {
         let next = table.len() as u32;
@@ -69,7 +92,7 @@ fn op_of(e: &FrEntry, stacks: &mut HashMap<Vec<FrFrame>, u32>, table: &mut Vec<V
             next
         })
     });
-    Some(FrOp {
+    FrOp {
         record_id: counter(e.record_id),
         pg: PgId(e.pg_name.clone()),
         seq,
@@ -93,7 +116,7 @@ fn op_of(e: &FrEntry, stacks: &mut HashMap<Vec<FrFrame>, u32>, table: &mut Vec<V
         duration_ms: e.duration_ms,
         timeout_ms: counter(e.timeout_ms),
         stack,
-    })
+    }
 }
 
 /// Frames of the training code: not PyTorch's, the standard library's or the launcher's. When
@@ -193,6 +216,24 @@ mod tests {
         let d = parse(include_bytes!("../../../tests/data/fr/gloo4_pg2_r1/nccl_trace_rank_2")).unwrap().dump("pickle");
         assert_eq!(d.groups.keys().map(|k| k.0.as_str()).collect::<Vec<_>>(), vec!["0", "2"]);
         assert_eq!(d.groups[&PgId("2".into())].last_enqueued, Some(coroner_model::SeqNo(6)));
+    }
+
+    /// NCCL 2.11's `batch_isend_irecv`: a send and a recv sharing a p2p number, then a
+    /// `coalesced` entry written as a collective with the batch's p2p number: it closes the batch.
+    #[test]
+    fn batch_isend_irecv_is_one_p2p_unit() {
+        let d = parse(include_bytes!("../../../tests/data/fr/nccl2_batch_size_r1/nccl_trace_rank_1")).unwrap().dump("pickle");
+        let last: Vec<(&str, Option<&str>, FrSeq)> = d.ops.iter().rev().take(4).map(|o| (o.op.as_str(), o.detail.as_deref(), o.seq)).collect();
+        assert_eq!(
+            last,
+            vec![
+                ("coalesced", None, FrSeq::P2p(6)),
+                ("recv", Some("1<-0"), FrSeq::P2p(6)),
+                ("send", Some("1->0"), FrSeq::P2p(6)),
+                ("all_reduce", None, FrSeq::Collective(5))
+            ]
+        );
+        assert_eq!((d.ops[d.ops.len() - 2].output_sizes.clone(), d.ops[d.ops.len() - 1].state), (vec![vec![512]], FrState::Scheduled));
     }
 
     #[test]

@@ -23,8 +23,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One read of the pipe at most (a pipe's own buffer is 64 KiB).
 const READ_SIZE: usize = 64 * 1024;
-/// The shared page: for stdout and stderr, bytes written out and bytes consumed.
+/// The shared page: for stdout and stderr, bytes written out, bytes consumed and the lines
+/// (newlines) in what was consumed; the fourth counter of each stream is spare.
 const PAGE: usize = 4096;
+/// Counters per stream in the page.
+const COUNTERS: usize = 4;
 
 /// Per-stream counts shared between the supervisor and the shipper.
 pub struct Progress {
@@ -73,9 +76,16 @@ impl Progress {
     }
 
     fn counter(&self, slot: Slot, which: usize) -> &AtomicU64 {
-        // SAFETY: 4 counters of 8 bytes fit the mapped page; AtomicU64 has the alignment of the
-        // page start plus a multiple of 8.
-        unsafe { &*self.ptr.add(slot.0 * 2 + which) }
+        debug_assert!(slot.0 < 2 && which < COUNTERS);
+        // SAFETY: 2 x COUNTERS counters of 8 bytes fit the mapped page; AtomicU64 has the
+        // alignment of the page start plus a multiple of 8.
+        unsafe { &*self.ptr.add(slot.0 * COUNTERS + which) }
+    }
+
+    /// Newlines in what the supervisor consumed from the pipe (and so should have handed on to
+    /// the shipper): what the shipper received less this is what died with the supervisor.
+    pub fn consumed_lines(&self, slot: Slot) -> u64 {
+        self.counter(slot, 2).load(Ordering::Acquire)
     }
 
     /// Bytes written out but not consumed from the pipe when the supervisor stopped.
@@ -161,6 +171,7 @@ pub fn relay(src: OwnedFd, dst: RawFd, stream: coroner_model::Stream, progress: 
         // the shipper takes bytes still in the pipe for consumed and prints them again (a
         // repeat); counted after, it would take unwritten bytes for written ones (a loss).
         consumed.fetch_add(n as u64, Ordering::Release);
+        progress.counter(slot, 2).fetch_add(memchr::memchr_iter(b'\n', &chunk).count() as u64, Ordering::Release);
         if read_exact(src.as_raw_fd(), &mut scratch[..n]).is_err() {
             return;
         }

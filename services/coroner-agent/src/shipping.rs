@@ -53,8 +53,10 @@ pub const COLLECT_LIMIT: Duration = Duration::from_secs(5);
 enum Ending {
     /// The supervisor saw the child end.
     Ended(End),
-    /// The supervisor is gone; the pass-through was taken over until the pipes closed.
-    Orphaned,
+    /// The supervisor is gone; the pass-through was taken over until the pipes closed. `lost`:
+    /// lines the supervisor had consumed but not yet handed on when it died (its queue died
+    /// with it; they were passed through, never shipped).
+    Orphaned { lost: u64 },
 }
 
 /// Runs the shipper process; returns its exit code.
@@ -127,7 +129,7 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
             let _ = ending_tx.send(ending);
         });
     }
-    let ending = ending_rx.await.unwrap_or(Ending::Orphaned);
+    let ending = ending_rx.await.unwrap_or(Ending::Orphaned { lost: 0 });
     if let Some(g) = gpu_sampler {
         tokio::task::spawn_blocking(move || g.stop());
     }
@@ -243,15 +245,19 @@ fn process_exit(plan: &Plan, ending: Ending) -> (v1::ProcessExit, bool) {
             };
             (exit, e.exit_code != Some(0))
         }
-        Ending::Orphaned => {
-            let note = "its supervisor process was killed; the output was still passed through and shipped, but how the process ended is not known".to_string();
+        Ending::Orphaned { lost } => {
+            let mut note =
+                "its supervisor process was killed; the output was still passed through and shipped, but how the process ended is not known".to_string();
+            if lost > 0 {
+                note.push_str(&format!(" ({lost} lines in flight to the shipper at that moment were printed but not shipped)"));
+            }
             let exit = v1::ProcessExit {
                 session_id: String::new(),
                 rank: plan.rank,
                 exit_code: None,
                 signal: None,
                 at_ns: now_ns(),
-                dropped_lines: 0,
+                dropped_lines: lost,
                 notes: vec![note],
             };
             (exit, false)
@@ -288,14 +294,25 @@ fn read_feed(
 ) -> Ending {
     let mut out = Capture::new(Stream::Stdout, sequencer.clone());
     let mut err = Capture::new(Stream::Stderr, sequencer);
+    // Newlines received per stream (chunks and gaps), against what the supervisor consumed since
+    // this shipper started (a respawned shipper did not receive what its predecessor did; what
+    // was consumed before and reaches us after makes `lost` smaller, never larger).
+    let consumed = |s: usize| progress.as_ref().map_or(0, |p| p.consumed_lines(relay::Slot(s)));
+    let base = [consumed(0), consumed(1)];
+    let mut received = [0u64; 2];
     loop {
         let record = reader.next();
         match record {
             Ok(Some(Record::Output(entry))) => {
-                let capture = if i32::from(entry.stream()) == STDERR { &mut err } else { &mut out };
+                let slot = usize::from(i32::from(entry.stream()) == STDERR);
+                let capture = if slot == 1 { &mut err } else { &mut out };
                 match entry {
-                    Entry::Chunk { capture_ns, bytes, .. } => capture.chunk(&bytes, capture_ns),
+                    Entry::Chunk { capture_ns, bytes, .. } => {
+                        received[slot] += memchr::memchr_iter(b'\n', &bytes).count() as u64;
+                        capture.chunk(&bytes, capture_ns);
+                    }
                     Entry::Gap { lines, .. } => {
+                        received[slot] += lines;
                         capture.gap(lines);
                     }
                 }
@@ -310,8 +327,12 @@ fn read_feed(
                 if let Err(e) = &record {
                     tracing::debug!("the feed broke off: {e}");
                 }
+                let lost: u64 = (0..2).map(|s| consumed(s).saturating_sub(base[s]).saturating_sub(received[s])).sum();
+                if lost > 0 {
+                    tracing::warn!("{lost} lines the supervisor had read were not handed on before it died; they were printed, not shipped");
+                }
                 take_over(pipes, progress, out, err, child_pid);
-                return Ending::Orphaned;
+                return Ending::Orphaned { lost };
             }
         }
     }

@@ -21,7 +21,7 @@ pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Pa
     } else {
         crate::say_part!("{}", coroner_analysis::text::render(&report));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(crate::outcome::exit_code(report.verdict))
 }
 
 /// Links the earlier failures in a metastore (coronerd's database) that look like this one.

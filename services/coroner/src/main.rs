@@ -4,6 +4,7 @@
 mod analyze;
 mod fr;
 mod import;
+mod outcome;
 mod remote;
 mod snapshot;
 mod suspects;
@@ -15,7 +16,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "coroner", version, about = "Which rank failed first, how, and why: post-mortem log correlation for distributed training")]
+#[command(
+    name = "coroner",
+    version,
+    about = "Which rank failed first, how, and why: post-mortem log correlation for distributed training",
+    after_help = outcome::EXIT_CODES
+)]
 struct Cli {
     /// The coronerd gRPC address.
     #[arg(long, global = true, env = "CORONER_SERVER", default_value = "http://127.0.0.1:7070")]
@@ -40,6 +46,7 @@ enum Command {
     /// Analyze logs offline: a capture bundle folder, per-rank log files, one combined log, a
     /// single log of any shape (a pod log, a pasted traceback, `dmesg`), a folder mixing these,
     /// or `-` for standard input.
+    #[command(after_help = outcome::EXIT_CODES)]
     Analyze {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -80,6 +87,7 @@ enum Command {
         host_map: Vec<String>,
     },
     /// Print a job's report from coronerd.
+    #[command(after_help = outcome::EXIT_CODES)]
     Report {
         job: String,
         #[arg(long)]
@@ -140,11 +148,16 @@ enum Command {
         json: bool,
     },
     /// Print the job's verdict now and on every change, until the server goes away.
+    #[command(after_help = outcome::EXIT_CODES)]
     Watch {
         job: String,
         /// One JSON object per update.
         #[arg(long)]
         json: bool,
+        /// Stop at the first verdict that is not `running` (the job failed or ended) and exit
+        /// with its code.
+        #[arg(long)]
+        until_done: bool,
     },
     /// Hosts and GPUs whose root-cause failures across jobs stand out (drain candidates), with the evidence.
     Suspects {
@@ -214,7 +227,7 @@ fn main() -> ExitCode {
         }
         Command::Count { job, query, json } => runtime().and_then(|rt| rt.block_on(remote::count(&server, &job, &query, json))),
         Command::Timeline { job, width, by_host, json } => runtime().and_then(|rt| rt.block_on(timeline::run(&server, &job, width, by_host, json))),
-        Command::Watch { job, json } => runtime().and_then(|rt| rt.block_on(remote::watch(&server, &job, json))),
+        Command::Watch { job, json, until_done } => runtime().and_then(|rt| rt.block_on(remote::watch(&server, &job, json, until_done))),
         Command::Snapshot { command: SnapshotCommand::List { job, json } } => runtime().and_then(|rt| rt.block_on(snapshot::list(&server, &job, json))),
         Command::Snapshot { command: SnapshotCommand::Get { job, sha256, output } } => {
             runtime().and_then(|rt| rt.block_on(snapshot::get(&server, &job, &sha256, &output)))

@@ -44,7 +44,7 @@ pub async fn report(server: &Server, job: &str, json: bool) -> anyhow::Result<Ex
     } else {
         crate::say_part!("{}", r.report_text);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(crate::outcome::exit_code(crate::outcome::verdict_from_wire(&r.verdict)))
 }
 
 pub async fn jobs(server: &Server, json: bool) -> anyhow::Result<ExitCode> {
@@ -159,8 +159,9 @@ pub async fn count(server: &Server, job: &str, query: &str, json: bool) -> anyho
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the job's headline now and on every change, until the server ends the stream.
-pub async fn watch(server: &Server, job: &str, json: bool) -> anyhow::Result<ExitCode> {
+/// Prints the job's headline now and on every change, until the server ends the stream or, with
+/// `until_done`, until the verdict is no longer `running` (then exits with that verdict's code).
+pub async fn watch(server: &Server, job: &str, json: bool, until_done: bool) -> anyhow::Result<ExitCode> {
     use tokio_stream::StreamExt;
     let mut client = connect(server).await?;
     let mut stream = client.watch_job(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner();
@@ -191,6 +192,13 @@ pub async fn watch(server: &Server, job: &str, json: bool) -> anyhow::Result<Exi
             }
             suspected_before = suspected;
         }
+        let verdict = crate::outcome::verdict_from_wire(&r.verdict);
+        if until_done && verdict != coroner_model::Verdict::Running {
+            return Ok(crate::outcome::exit_code(verdict));
+        }
+    }
+    if until_done {
+        anyhow::bail!("coronerd ended the watch before the job was done (restarted or shutting down?); run the command again");
     }
     Ok(ExitCode::SUCCESS)
 }

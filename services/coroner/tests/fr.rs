@@ -12,8 +12,21 @@ fn fixtures() -> PathBuf {
 
 fn coroner(args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_coroner")).args(args).output().expect("run coroner");
-    assert!(out.status.success(), "coroner {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("coroner {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    // `analyze` exits with its verdict's code (1 for a failed job); 2 means it could not answer.
+    assert!(matches!(out.status.code(), Some(0 | 1 | 3 | 4)), "coroner {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("coroner {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    if args.first() == Some(&"analyze") {
+        let owed = match v["verdict"].as_str() {
+            Some("succeeded") => 0,
+            Some("failed") => 1,
+            Some("unknown") => 3,
+            _ => 4,
+        };
+        assert_eq!(out.status.code(), Some(owed), "coroner {args:?}: exit status for verdict {}", v["verdict"]);
+    } else {
+        assert!(out.status.success(), "coroner {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    v
 }
 
 /// (fixture, the rank that diverged, the rule on dumps alone, the rule with logs when it differs,
@@ -38,6 +51,12 @@ const CASES: &[Case] = &[
     ("nccl2_size_r1", Some(1), "own_history", None, false),
     ("nccl4_size_r0", Some(0), "majority_at_seq", None, false),
     ("nccl4_size_r0_no_dump_r3", Some(0), "own_history", None, false),
+    ("nccl2_p2p_size_r1", Some(1), "own_history", None, true),
+    ("nccl2_p2p_skip_r1", Some(1), "own_history", None, true),
+    ("nccl2_p2p_ok", None, "", None, true),
+    ("nccl2_batch_size_r1", Some(1), "own_history", None, true),
+    ("nccl2_batch_ok", None, "", None, true),
+    ("nccl2_extra_r1", Some(1), "own_history", None, true),
 ];
 
 fn culprits(fr: &Value) -> Vec<u64> {
@@ -123,4 +142,59 @@ fn fr_text_shows_the_first_mismatch_side_by_side() {
     assert!(row.contains("[[512]]") && row.contains("make_dumps.py:34"), "{row}");
     let none = Command::new(env!("CARGO_BIN_EXE_coroner")).args(["fr", "/nonexistent"]).output().unwrap();
     assert!(!none.status.success());
+}
+
+/// The real NCCL dumps with point-to-point operations: the pair's first disagreement, each side's
+/// unit (a batch whole), and the rule.
+#[test]
+fn fr_pairs_sends_with_recvs() {
+    let fr = coroner(&["fr", "--json", fixtures().join("nccl2_batch_size_r1").to_str().unwrap()]);
+    let p2p = fr["groups"].as_array().unwrap().iter().find(|g| g["desc"] == "default_pg, point-to-point").expect("the point-to-point report");
+    let d = &p2p["divergence"];
+    assert_eq!((d["seq"].as_str(), d["differs"].as_str(), p2p["matched"].as_u64()), (Some("p2p seq 6"), Some("p2p sizes"), Some(11)), "{p2p:#}");
+    let ops: Vec<(&str, &str)> = d["entries"].as_array().unwrap().iter().map(|e| (e["op"].as_str().unwrap(), e["output_sizes"].as_str().unwrap())).collect();
+    assert_eq!(ops, vec![("batch(send 0->1, recv 0<-1)", "[[1024]] + [[1024]]"), ("batch(send 1->0, recv 1<-0)", "[[1024]] + [[512]]")]);
+    let fr = coroner(&["fr", "--json", fixtures().join("nccl2_p2p_skip_r1").to_str().unwrap()]);
+    let summary = fr["verdict"]["summary"].as_str().unwrap();
+    assert!(summary.contains("rank 0 sent 10 and rank 1 posted 9 recvs"), "{summary}");
+}
+
+/// The corpus hang (rank 1 stuck in its data loader, rank 0 waiting in seq 11) without rank 1's
+/// dump: the flight recorder cannot tell whether rank 1 held rank 0 up, and says why, whether rank
+/// 1 ended by the watchdog's abort (as it did) or was killed from outside; without rank 0's dump
+/// it names nobody either. Never rank 0.
+#[test]
+fn a_killed_rank_without_a_dump_is_unknown() {
+    let bundle = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/corpus/nccl2_hang_r1");
+    for (gone, signal, reason) in [(1, 6, "ended with a failure status"), (1, 9, "was killed from outside"), (0, 6, "")] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_dir(&bundle, tmp.path());
+        std::fs::remove_file(tmp.path().join(format!("flight_recorder/nccl_trace_rank_{gone}"))).unwrap();
+        let exits = std::fs::read_to_string(tmp.path().join("exits.json")).unwrap();
+        let mut exits: Value = serde_json::from_str(&exits).unwrap();
+        exits["ranks"][gone.to_string()]["signal"] = signal.into();
+        std::fs::write(tmp.path().join("exits.json"), exits.to_string()).unwrap();
+        let report = coroner(&["analyze", "--json", tmp.path().to_str().unwrap()]);
+        let v = &report["flight_recorder"]["verdict"];
+        assert!(culprits(&report["flight_recorder"]).is_empty(), "without rank {gone}'s dump (signal {signal}): {v:#}");
+        let summary = v["summary"].as_str().unwrap();
+        if gone == 1 {
+            assert_eq!(v["candidates"], serde_json::json!([1]), "{v:#}");
+            assert!(summary.contains("rank 1 left no dump") && summary.contains(reason), "{summary}");
+        }
+        assert_ne!(report["first_failure"]["rank"], 0, "the waiting rank is never the culprit: {:#}", report["first_failure"]);
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
 }

@@ -320,7 +320,12 @@ impl Ingest for IngestService {
         self.jobs.store.record_exit(&session.job.id, &end).await.map_err(ServiceError::from)?;
         let ends = self.jobs.store.process_ends(&session.job.id).await.map_err(ServiceError::from)?.len() as u32;
         if r.dropped_lines > 0 {
-            session.job.update(|p| p.add_note(format!("rank {rank}'s agent dropped {} lines (its spool was full)", r.dropped_lines)));
+            session.job.update(|p| {
+                p.add_note(format!(
+                    "rank {rank}'s agent dropped {} lines (its spool was full, or they were in flight when part of the agent was killed)",
+                    r.dropped_lines
+                ));
+            });
         }
         session.job.update(|p| {
             p.add_end(end);

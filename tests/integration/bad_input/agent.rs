@@ -51,7 +51,7 @@ fn notes_with(server: &Endpoints, job: &str, wanted: &str) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = server.coroner(&["report", job, "--json"]);
-        assert!(out.status.success(), "report: {}", String::from_utf8_lossy(&out.stderr));
+        coroner_tests::assert_answered(&out);
         let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
         let notes: Vec<String> = r["notes"].as_array().map(|n| n.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
         if notes.iter().any(|n| n.contains(wanted)) || Instant::now() > deadline {

@@ -57,7 +57,7 @@ impl Endpoints {
     /// The job's report (`coroner report --json`).
     pub fn report(&self, job: &str) -> serde_json::Value {
         let out = self.coroner(&["report", job, "--json"]);
-        assert!(out.status.success(), "coroner report {job}: {}", String::from_utf8_lossy(&out.stderr));
+        coroner_tests::assert_answered(&out);
         serde_json::from_slice(&out.stdout).expect("report JSON")
     }
 

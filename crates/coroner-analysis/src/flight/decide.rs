@@ -25,6 +25,8 @@ use std::collections::BTreeMap;
 pub struct Decision {
     pub pg: PgId,
     pub seq: u64,
+    /// Where, in words: `seq 6`, `p2p seq 3`.
+    pub label: String,
     /// `op`, `sizes`, `dtypes`, `call site`, `never issued`.
     pub differs: &'static str,
     pub rule: Option<FrRule>,
@@ -127,7 +129,17 @@ fn decide_here(pg: &PgId, group: &Group<'_>, seq: u64, classes: &Classes, differ
     let total = involved.len() + unknown.len();
     let (big_key, big) = classes.iter().max_by_key(|(_, v)| v.len()).map(|(k, v)| (k.clone(), v.len())).unwrap_or((None, 0));
     let unique = classes.values().filter(|v| v.len() == big).count() == 1;
-    let mut d = Decision { pg: pg.clone(), seq, differs, rule: None, culprits: Vec::new(), candidates: Vec::new(), confidence: 0.0, summary: String::new() };
+    let mut d = Decision {
+        pg: pg.clone(),
+        seq,
+        label: seq_word(seq),
+        differs,
+        rule: None,
+        culprits: Vec::new(),
+        candidates: Vec::new(),
+        confidence: 0.0,
+        summary: String::new(),
+    };
     let rest: Vec<Rank> = classes.iter().filter(|(k, _)| **k != big_key).flat_map(|(_, v)| v.iter().copied()).collect();
     let op = group_op(group, seq);
     // 1. A strict majority of all members, even if every unknown one sided with the rest.

@@ -48,8 +48,9 @@ fn fates(evidence: &JobEvidence, job: &ClassifiedJob<'_>) -> BTreeMap<Rank, Fate
 }
 
 /// Every rank that dumped agrees and waits in the same collective: the members without a dump are
-/// weighed with what their logs say.
-pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: &[Rank], input: &FlightInput<'_>) -> Option<FrVerdict> {
+/// weighed with what their logs say. `broke`: ranks whose point-to-point operations left the
+/// pattern they repeated; then the dumps do not clear the ranks that dumped.
+pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: &[Rank], broke: &[Rank], input: &FlightInput<'_>) -> Option<FrVerdict> {
     if missing.is_empty() {
         return None;
     }
@@ -122,6 +123,17 @@ pub(super) fn missing_dump_verdict(groups: &BTreeMap<PgId, Group<'_>>, missing: 
                             0.0,
                             format!("{at}: {waiting} issued {op} and waits in it; rank {m} left no dump, and one dump alone cannot clear its own rank"),
                         )
+                    });
+                }
+                _ if !broke.is_empty() => {
+                    unknown.get_or_insert_with(|| {
+                        let mut candidates = vec![*m];
+                        candidates.extend(broke.iter().filter(|r| *r != m));
+                        verdict(Vec::new(), candidates, None, 0.0, format!(
+                            "{at}: {waiting} issued {op} and {wait} in it; rank {m} left no dump, but {} left the pattern of {} own point-to-point operations, so the dumps clear nobody",
+                            who(broke),
+                            if broke.len() == 1 { "its" } else { "their" }
+                        ))
                     });
                 }
                 _ => {

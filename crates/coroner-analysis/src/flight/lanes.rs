@@ -96,7 +96,10 @@ pub fn build<'a>(dumps: &BTreeMap<Rank, &'a FrDump>, world: Option<u32>) -> BTre
             group.members.extend(g.ranks.iter().map(|r| Rank(*r)));
             group.members.insert(*rank);
             let lane = group.lanes.entry(*rank).or_default();
-            lane.hi = g.last_enqueued.map_or(0, |s| s.0);
+            // PyTorch writes the last enqueued work's number, which is its p2p number when that
+            // work was a send, a recv or a batch: then only the entries say how far it got.
+            let newest = dump.ops.iter().filter(|o| o.pg == *pg).max_by_key(|o| o.record_id);
+            lane.hi = if newest.is_some_and(|o| o.is_p2p()) { 0 } else { g.last_enqueued.map_or(0, |s| s.0) };
         }
         let newest = dump.ops.iter().filter(|o| matches!(o.seq, FrSeq::Collective(_))).max_by_key(|o| o.record_id);
         let blocked = newest.filter(|o| !o.done()).and_then(|o| match o.seq {
@@ -132,7 +135,7 @@ pub fn build<'a>(dumps: &BTreeMap<Rank, &'a FrDump>, world: Option<u32>) -> BTre
     groups
 }
 
-fn unit<'a>(dump: &'a FrDump, ops: Vec<&'a FrOp>) -> Unit<'a> {
+pub fn unit<'a>(dump: &'a FrDump, ops: Vec<&'a FrOp>) -> Unit<'a> {
     let what = ops.iter().map(|o| what(o)).collect::<Vec<_>>().join("; ");
     let stack = ops.first().map(|o| dump.stack_of(o)).unwrap_or(&[]);
     let site = (!stack.is_empty()).then(|| stack.iter().map(|f| format!("{}:{}:{}", f.file, f.line, f.name)).collect::<Vec<_>>().join("|"));

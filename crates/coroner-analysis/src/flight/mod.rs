@@ -5,13 +5,19 @@
 //! number (coalesced operations as one unit, point-to-point operations apart); walk the numbers to
 //! the first where ranks part, and name who parted ([`decide`]: majority, own history, never
 //! issued; never a guess among equals); find where the group stopped and who entered collectives
-//! last ([`timing`]). Across groups the earliest decided divergence wins. When every dump agrees,
+//! last ([`timing`]); pair each sender's sends with its receiver's recvs, in order ([`p2p`]).
+//! Across groups, and between a group's collectives and its point-to-point operations, the
+//! earliest decided divergence wins. When every dump agrees,
 //! the ranks without a dump are weighed with what the logs say of them: one that died first is
 //! the culprit (`died before it dumped`), one killed from outside is unknown, and the answer says so.
 
 mod decide;
 mod job;
 mod lanes;
+mod p2p;
+#[cfg(test)]
+mod p2p_tests;
+mod pattern;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
@@ -91,6 +97,7 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
     let mut stragglers = Vec::new();
     let mut matched_total = 0usize;
     let mut notes = Vec::new();
+    let mut broke: Vec<Rank> = Vec::new();
     for (pg, group) in &groups {
         let scan = decide::scan(pg, group);
         notes.extend(scan.habitual.clone());
@@ -106,7 +113,7 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
             stops.push(st.clone());
         }
         let divergence = decision.as_ref().map(|d| coroner_model::FrDivergence {
-            seq: decide::seq_word(d.seq),
+            seq: d.label.clone(),
             differs: d.differs.to_string(),
             rule: d.rule,
             culprits: d.culprits.clone(),
@@ -129,12 +136,24 @@ pub fn analyze(input: &FlightInput<'_>) -> FlightRecorderReport {
             Some(d) => undecided.push(d),
             None => {}
         }
+        if let Some(p) = p2p::scan(pg, group, dumps, &input.clocks) {
+            reports.push(p.report);
+            notes.extend(p.notes);
+            broke.extend(p.broke);
+            match p.decision {
+                Some(d) if d.rule.is_some() => decided.push((d, p.at)),
+                Some(d) => undecided.push(d),
+                None => {}
+            }
+        }
     }
     let dumped: Vec<Rank> = dumps.keys().copied().collect();
     let mut missing: Vec<Rank> = groups.values().flat_map(|g| g.missing()).collect();
     missing.sort();
     missing.dedup();
-    let verdict = verdict(decided, undecided, &groups, &missing, input);
+    broke.sort();
+    broke.dedup();
+    let verdict = verdict(decided, undecided, &groups, &missing, &broke, input);
     if verdict.culprits.is_empty() && verdict.candidates.is_empty() && stops.iter().any(|s| s.never_issued.is_empty() && s.unknown.is_empty()) {
         notes.push("every rank issued the collective the dumps end in and none completed it: either the dumps were taken while it ran, or it hung inside the transport rather than in a rank".to_string());
     }
@@ -169,6 +188,7 @@ fn verdict(
     undecided: Vec<Decision>,
     groups: &BTreeMap<PgId, lanes::Group<'_>>,
     missing: &[Rank],
+    broke: &[Rank],
     input: &FlightInput<'_>,
 ) -> FrVerdict {
     // The earliest divergence in time decides; without times, the surest.
@@ -184,7 +204,7 @@ fn verdict(
             confidence: round(d.confidence),
             summary: d.summary,
             pg: Some(d.pg.0),
-            seq: Some(decide::seq_word(d.seq)),
+            seq: Some(d.label),
         };
     }
     if let Some(d) = undecided.into_iter().next() {
@@ -195,10 +215,10 @@ fn verdict(
             confidence: 0.0,
             summary: d.summary,
             pg: Some(d.pg.0),
-            seq: Some(decide::seq_word(d.seq)),
+            seq: Some(d.label),
         };
     }
-    job::missing_dump_verdict(groups, missing, input).unwrap_or_else(|| FrVerdict {
+    job::missing_dump_verdict(groups, missing, broke, input).unwrap_or_else(|| FrVerdict {
         culprits: Vec::new(),
         candidates: Vec::new(),
         rule: None,
@@ -246,9 +266,6 @@ fn cannot_say(dumps: &BTreeMap<Rank, &FrDump>, missing: &[Rank], input: &FlightI
             who(&dropped),
             coroner_model::MAX_OPS_PER_GROUP
         ));
-    }
-    if dumps.values().flat_map(|d| &d.ops).any(|o| o.is_p2p()) {
-        out.push("point-to-point operations are listed but not matched across ranks".to_string());
     }
     out
 }

@@ -23,6 +23,9 @@ fn write(out: &mut String, fr: &FlightRecorderReport) -> std::fmt::Result {
     for g in &fr.groups {
         let desc = if g.desc.is_empty() || g.desc == "undefined" { String::new() } else { format!(" ({})", g.desc) };
         match &g.divergence {
+            None if g.desc.ends_with("point-to-point") => {
+                writeln!(out, "  pg {}{desc}: ranks {} agree on every send and recv their buffers pair ({} pairs matched)", g.pg, ranks(&g.ranks), g.matched)?;
+            }
             None => writeln!(out, "  pg {}{desc}: ranks {} agree on every collective in their buffers ({} matched)", g.pg, ranks(&g.ranks), g.matched)?,
             Some(d) => {
                 writeln!(out, "  pg {}{desc}: {} matched, first mismatch at {} ({}):", g.pg, g.matched, d.seq, d.differs)?;

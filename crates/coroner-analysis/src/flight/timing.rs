@@ -73,6 +73,7 @@ pub fn entered_last(pg: &PgId, group: &Group<'_>, clocks: &Clocks, seq: u64) -> 
     Some(Decision {
         pg: pg.clone(),
         seq,
+        label: seq_word(seq),
         differs: "timing",
         rule: Some(FrRule::EnteredLast),
         culprits: vec![s.rank],
