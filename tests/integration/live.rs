@@ -300,7 +300,7 @@ fn watch_job(mut j: LiveJob, started: Instant, url: &str, http: u16) -> Vec<Stri
                     if !shows(&page) {
                         failures.push(format!("{}: the job page does not show the suspected hang", j.name));
                     }
-                    match stack_of(&url, &format!("live-{}", j.name), culprit) {
+                    match stack_of(url, &format!("live-{}", j.name), culprit) {
                         Some(name) => eprintln!("{}: the culprit's agent uploaded the stack dump {name}", j.name),
                         None => failures.push(format!("{}: no stack dump of the culprit was uploaded", j.name)),
                     }
