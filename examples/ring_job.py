@@ -6,7 +6,7 @@ Every step, each rank computes a loss and the ranks sum it with a ring all-reduc
 One rank can be made to fail at a chosen step, and the others fail after it the way real jobs do:
 its ring neighbour sees the connection close, the rest time out waiting.
 
-Environment: RANK, WORLD_SIZE (as torchrun sets them; under srun, SLURM_PROCID and SLURM_NTASKS), MASTER_PORT (default 29600), STEPS (8),
+Environment: RANK, WORLD_SIZE (as torchrun sets them; under srun, SLURM_PROCID and SLURM_NTASKS), MASTER_PORT (default 29600), RING_DIR, STEPS (8),
 STEP_SECONDS (0.2), COLLECTIVE_TIMEOUT (10 s), FAULT_RANK, FAULT_STEP (3), and FAULT, one of:
   nan       raise ValueError("loss is not finite: nan at step N")
   exception raise RuntimeError with a shape error
@@ -14,6 +14,9 @@ STEP_SECONDS (0.2), COLLECTIVE_TIMEOUT (10 s), FAULT_RANK, FAULT_STEP (3), and F
   segv      die of SIGSEGV (faulthandler prints the stack)
   kill      die of SIGKILL (no last words)
   exit      exit with status 3 and no error line
+
+With RING_DIR set, the ranks meet through files instead of MASTER_PORT: each listens on a port the
+kernel picks and writes it to RING_DIR/rank<r>.port, so no port has to be free beforehand (tests).
 """
 import faulthandler
 import logging
@@ -27,6 +30,7 @@ import time
 RANK = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
 WORLD = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
 BASE_PORT = int(os.environ.get("MASTER_PORT", "29600"))
+RING_DIR = os.environ.get("RING_DIR", "")
 STEPS = int(os.environ.get("STEPS", "8"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
 TIMEOUT = float(os.environ.get("COLLECTIVE_TIMEOUT", "10"))
@@ -42,15 +46,16 @@ def connect_ring():
     """Listens for the previous rank, connects to the next; returns (to_next, from_prev)."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", BASE_PORT + RANK))
+    server.bind(("127.0.0.1", 0 if RING_DIR else BASE_PORT + RANK))
     server.listen(1)
+    publish_port(server.getsockname()[1])
     nxt = (RANK + 1) % WORLD
     deadline = time.time() + 60
     while True:
         try:
-            to_next = socket.create_connection(("127.0.0.1", BASE_PORT + nxt), timeout=2)
+            to_next = socket.create_connection(("127.0.0.1", port_of(nxt)), timeout=2)
             break
-        except OSError:
+        except (OSError, ValueError):
             if time.time() > deadline:
                 raise ConnectionError(f"rendezvous: rank {nxt} did not come up within 60 s")
             time.sleep(0.05)
@@ -59,6 +64,26 @@ def connect_ring():
     server.close()
     from_prev.settimeout(TIMEOUT)
     return to_next, from_prev
+
+
+def publish_port(port):
+    """With RING_DIR, tells the other ranks where this one listens (the file appears whole)."""
+    if RING_DIR:
+        path = os.path.join(RING_DIR, f"rank{RANK}.port")
+        with open(path + ".tmp", "w") as f:
+            f.write(str(port))
+        os.rename(path + ".tmp", path)
+
+
+def port_of(rank):
+    """Where `rank` listens; ValueError (retried) while it has not said yet."""
+    if not RING_DIR:
+        return BASE_PORT + rank
+    try:
+        with open(os.path.join(RING_DIR, f"rank{rank}.port")) as f:
+            return int(f.read())
+    except FileNotFoundError:
+        raise ValueError(f"rank {rank} has not published its port yet") from None
 
 
 def recv_exact(sock, n, step, prev):
@@ -111,7 +136,7 @@ def main():
         stream=sys.stdout,
     )
     faulthandler.enable()
-    log.info("init ring world=%d port=%d timeout=%.0fs", WORLD, BASE_PORT + RANK, TIMEOUT)
+    log.info("init ring world=%d rank=%d timeout=%.0fs", WORLD, RANK, TIMEOUT)
     to_next, from_prev = connect_ring() if WORLD > 1 else (None, None)
     loss = 2.0
     for step in range(STEPS):

@@ -2,54 +2,39 @@
 //! on gRPC (UNAUTHENTICATED with the reason) and HTTP (401), lets the write token write and both
 //! read, and refuses to bind beyond loopback without tokens.
 
-use crate::served::{free_port, runtime};
+use crate::served::{runtime, TestServer};
 use coroner_tests::{binary, data_dir};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const WRITE: &str = "w-0123456789abcdef";
 const READ: &str = "r-fedcba9876543210";
 
+/// An in-process coronerd with the write and read tokens, as `--write-token` and `--read-token` give them.
 struct Guarded {
-    child: Child,
-    grpc_url: String,
-    http_port: u16,
-    _data: tempfile::TempDir,
+    server: TestServer,
 }
 
 impl Guarded {
-    fn start(host: &str, extra: &[&str]) -> Guarded {
-        let data = tempfile::tempdir().expect("tempdir");
-        let dir = data.path().to_str().expect("utf-8 path").to_string();
-        Guarded::start_in(host, &dir, data, extra)
+    fn start() -> Guarded {
+        Guarded::start_with(|_| {})
     }
 
-    /// Starts coronerd with its data in `dir` (`data` is kept alive with it).
-    fn start_in(host: &str, dir: &str, data: tempfile::TempDir, extra: &[&str]) -> Guarded {
-        let (grpc, http) = (free_port(), free_port());
-        let child = Command::new(binary("coronerd"))
-            .args(["--data-dir", dir])
-            .args(["--grpc-addr", &format!("{host}:{grpc}"), "--http-addr", &format!("{host}:{http}")])
-            .args(extra)
-            .env_remove("CORONER_WRITE_TOKEN")
-            .env_remove("CORONER_READ_TOKEN")
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start coronerd");
-        let g = Guarded { child, grpc_url: format!("http://127.0.0.1:{grpc}"), http_port: http, _data: data };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while g.get("/healthz", &[]).0 != 200 {
-            assert!(Instant::now() < deadline, "coronerd did not come up");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        g
+    /// With the tokens, after `configure` changed the test defaults.
+    fn start_with(configure: impl FnOnce(&mut coronerd::Config)) -> Guarded {
+        let server = TestServer::start_with(|c| {
+            c.write_token = Some(WRITE.into());
+            c.read_token = Some(READ.into());
+            configure(c);
+        });
+        Guarded { server }
     }
 
     fn coroner(&self, token: Option<&str>, args: &[&str]) -> Output {
         let mut c = Command::new(binary("coroner"));
-        c.env_remove("CORONER_TOKEN").arg("--server").arg(&self.grpc_url);
+        c.env_remove("CORONER_TOKEN").arg("--server").arg(&self.server.grpc_url);
         if let Some(t) = token {
             c.args(["--token", t]);
         }
@@ -58,7 +43,7 @@ impl Guarded {
 
     /// A plain HTTP/1.0 GET with extra header lines: (status, head, body).
     fn get(&self, path: &str, headers: &[&str]) -> (u16, String, String) {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.http_port)) else { return (0, String::new(), String::new()) };
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.server.http_port)) else { return (0, String::new(), String::new()) };
         let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
         let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
         let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{extra}\r\n");
@@ -71,25 +56,18 @@ impl Guarded {
     }
 }
 
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]
 fn grpc_calls_need_the_right_token() {
-    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    let g = Guarded::start();
 
     // The status code itself, from a plain client.
     let rt = runtime();
     let code = rt.block_on(async {
-        let mut q = coroner_proto::v1::query_client::QueryClient::connect(g.grpc_url.clone()).await.expect("connect");
+        let mut q = coroner_proto::v1::query_client::QueryClient::connect(g.server.grpc_url.clone()).await.expect("connect");
         q.list_jobs(coroner_proto::v1::ListJobsRequest::default()).await.expect_err("no token").code()
     });
     assert_eq!(code, tonic::Code::Unauthenticated);
@@ -122,11 +100,11 @@ fn grpc_calls_need_the_right_token() {
 
 #[test]
 fn an_agent_with_the_write_token_ships() {
-    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    let g = Guarded::start();
     let spool = tempfile::tempdir().expect("tempdir");
     let status = Command::new(binary("coroner-agent"))
         .args(["run", "--job", "auth-agent", "--rank", "0", "--world-size", "1"])
-        .args(["--server", &g.grpc_url, "--flush-timeout", "5", "--quiet", "--token", WRITE])
+        .args(["--server", &g.server.grpc_url, "--flush-timeout", "5", "--quiet", "--token", WRITE])
         .arg("--spool-dir")
         .arg(spool.path())
         .args(["--", "sh", "-c", "echo token-line-marker"])
@@ -148,12 +126,12 @@ fn an_agent_with_the_write_token_ships() {
 
 #[test]
 fn the_child_never_sees_the_agents_token() {
-    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    let g = Guarded::start();
     let spool = tempfile::tempdir().expect("tempdir");
     // A training script that prints its whole environment into the job's logs.
     let out = Command::new(binary("coroner-agent"))
         .args(["run", "--job", "auth-env", "--rank", "0", "--world-size", "1"])
-        .args(["--server", &g.grpc_url, "--linger", "5", "--quiet"])
+        .args(["--server", &g.server.grpc_url, "--linger", "5", "--quiet"])
         .arg("--spool-dir")
         .arg(spool.path())
         .args(["--", "sh", "-c", "env; echo env-printed"])
@@ -180,7 +158,7 @@ fn the_child_never_sees_the_agents_token() {
 
 #[test]
 fn http_needs_the_read_token() {
-    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    let g = Guarded::start();
     let (status, head, body) = g.get("/api/jobs", &[]);
     assert_eq!(status, 401, "{head}\n{body}");
     assert!(body.contains("read token"), "{body}");
@@ -199,24 +177,39 @@ fn http_needs_the_read_token() {
 
 #[test]
 fn refuses_to_bind_beyond_loopback_without_tokens() {
+    let beyond: std::net::SocketAddr = "0.0.0.0:0".parse().expect("literal address");
+    let refused = TestServer::try_start_with(|c| {
+        c.grpc_addr = beyond;
+        c.read_token = Some(READ.into());
+    });
+    let e = format!("{:#}", refused.err().expect("coronerd served 0.0.0.0 without a write token"));
+    assert!(e.contains("refusing to serve on 0.0.0.0") && e.contains("--write-token") && e.contains("127.0.0.1"), "{e}");
+
+    // With both tokens, or told to, it serves.
+    drop(Guarded::start_with(|c| c.grpc_addr = beyond));
+    let open = TestServer::start_with(|c| {
+        c.grpc_addr = beyond;
+        c.http_addr = beyond;
+        c.insecure_no_auth = true;
+    });
+    assert!(open.coroner(&["jobs"]).status.success());
+}
+
+/// The same flag refused by the binary: its exit status and its one line on stderr.
+#[test]
+fn the_binary_refuses_beyond_loopback_without_tokens() {
     let data = tempfile::tempdir().expect("tempdir");
     let out = Command::new(binary("coronerd"))
         .arg("--data-dir")
         .arg(data.path())
-        .args(["--grpc-addr", &format!("0.0.0.0:{}", free_port()), "--http-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--read-token", READ])
+        .args(["--grpc-addr", "0.0.0.0:0", "--http-addr", "127.0.0.1:0", "--read-token", READ])
         .env_remove("CORONER_WRITE_TOKEN")
         .env_remove("CORONER_READ_TOKEN")
         .output()
         .expect("run coronerd");
     assert!(!out.status.success(), "coronerd served 0.0.0.0 without a write token");
     let e = stderr(&out);
-    assert!(e.contains("refusing to serve on 0.0.0.0") && e.contains("--write-token") && e.contains("127.0.0.1"), "{e}");
-
-    // With both tokens, or told to, it serves.
-    drop(Guarded::start("0.0.0.0", &["--write-token", WRITE, "--read-token", READ]));
-    let open = Guarded::start("0.0.0.0", &["--insecure-no-auth"]);
-    assert!(open.coroner(None, &["jobs"]).status.success());
+    assert!(e.contains("refusing to serve on 0.0.0.0") && e.contains("--write-token"), "{e}");
 }
 
 /// Two instances on one PostgreSQL with the same tokens: a query asked of the one that does not
@@ -241,11 +234,17 @@ fn a_proxied_query_carries_the_callers_token() {
         None => panic!("CORONER_TEST_POSTGRES_URL {admin_url:?} has no database part"),
     };
     let shared = tempfile::tempdir().expect("tempdir");
-    let data = shared.path().to_str().expect("utf-8 path").to_string();
-    let flags = |id: &'static str| vec!["--write-token", WRITE, "--read-token", READ, "--database-url", &db_url, "--instance-id", id];
+    // Two servers in this one process, each its own configuration; the CLI is the client.
+    let instance = |id: &'static str| {
+        Guarded::start_with(|c| {
+            c.data_dir = shared.path().to_path_buf();
+            c.database_url = Some(db_url.clone());
+            c.instance_id = Some(id.into());
+        })
+    };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let a = Guarded::start_in("127.0.0.1", &data, tempfile::tempdir().expect("tempdir"), &flags("auth-a"));
-        let b = Guarded::start_in("127.0.0.1", &data, tempfile::tempdir().expect("tempdir"), &flags("auth-b"));
+        let a = instance("auth-a");
+        let b = instance("auth-b");
         let bundle = data_dir().join("corpus").join("nccl2_hang_r1");
         let out = a.coroner(Some(WRITE), &["import", bundle.to_str().expect("utf-8 path"), "--job", "auth-proxied"]);
         assert!(out.status.success(), "import at a: {}", stderr(&out));
@@ -275,13 +274,13 @@ fn the_kubernetes_probes_answer_without_a_token() {
     assert!(paths.len() >= 3, "the manifests' probes name their paths: {paths:?}");
     assert!(manifests.contains("grpc:\n              port: 7070"), "the readiness probe asks gRPC health on the agents' port");
 
-    let g = Guarded::start("127.0.0.1", &["--write-token", WRITE, "--read-token", READ]);
+    let g = Guarded::start();
     for path in paths {
         assert_eq!(g.get(path, &[]).0, 200, "the probe path {path} without a token");
     }
     let status = runtime().block_on(async {
         use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
-        let channel = tonic::transport::Channel::from_shared(g.grpc_url.clone()).expect("url").connect().await.expect("connect");
+        let channel = tonic::transport::Channel::from_shared(g.server.grpc_url.clone()).expect("url").connect().await.expect("connect");
         let mut health = HealthClient::new(channel);
         health.check(HealthCheckRequest { service: String::new() }).await.expect("a health check needs no token").into_inner().status
     });

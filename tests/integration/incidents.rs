@@ -3,7 +3,7 @@
 //! one host that only ever runs the ranks that gave up. Checks the similar-incident links in
 //! reports (JSON, text and web page), `coroner suspects`, and that retention keeps signatures.
 
-use crate::served::Served;
+use crate::served::{Endpoints, TestServer};
 use coroner_tests::{data_dir, truth};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -60,7 +60,7 @@ fn host_map(world: u32, culprit: Option<u32>, culprit_host: &str, others: &[&str
         .join(",")
 }
 
-fn report_json(s: &Served, job: &str) -> Value {
+fn report_json(s: &Endpoints, job: &str) -> Value {
     let out = s.coroner(&["report", job, "--json"]);
     coroner_tests::assert_answered(&out);
     serde_json::from_slice(&out.stdout).expect("report JSON")
@@ -69,7 +69,7 @@ fn report_json(s: &Served, job: &str) -> Value {
 /// Imports `path` as `job` with its ranks on the given hosts and waits until the failure history
 /// has it: a failed job's report carries similar incidents, a succeeded one is final, and the
 /// report no longer changes (early reports, before every rank's lines arrived, can differ).
-fn import(s: &Served, path: &Path, job: &str, map: &str) -> Value {
+fn import(s: &Endpoints, path: &Path, job: &str, map: &str) -> Value {
     let out = s.coroner(&["import", path.to_str().expect("utf-8"), "--job", job, "--host-map", map]);
     assert!(out.status.success(), "import {job}: {}", String::from_utf8_lossy(&out.stderr));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -90,7 +90,7 @@ fn import(s: &Served, path: &Path, job: &str, map: &str) -> Value {
     }
 }
 
-fn suspects(s: &Served, args: &[&str]) -> Vec<Value> {
+fn suspects(s: &Endpoints, args: &[&str]) -> Vec<Value> {
     let mut all = vec!["suspects", "--json"];
     all.extend_from_slice(args);
     let out = s.coroner(&all);
@@ -100,7 +100,7 @@ fn suspects(s: &Served, args: &[&str]) -> Vec<Value> {
 
 #[test]
 fn similar_incidents_and_suspect_hosts_across_imported_jobs() {
-    let s = Served::start();
+    let s = TestServer::start();
     let tmp = tempfile::tempdir().expect("tempdir");
     let corpus = |b: &str| data_dir().join("corpus").join(b);
     let xid = with_xid("nccl2_segv_r0", tmp.path());
@@ -207,7 +207,7 @@ fn similar_incidents_and_suspect_hosts_across_imported_jobs() {
 
 #[test]
 fn retention_deletes_jobs_but_their_signatures_stay() {
-    let s = Served::start_with(&["--retention", "3s"]);
+    let s = TestServer::start_with(|c| c.retention = Duration::from_secs(3));
     let r = import(&s, &data_dir().join("corpus").join("nccl2_segv_r0"), "expiring-1", &format!("0={BAD},1={VICTIM}"));
     assert_eq!(r["first_failure"]["host"], BAD);
     let deadline = Instant::now() + Duration::from_secs(20);

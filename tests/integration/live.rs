@@ -9,7 +9,7 @@
 //!   asked for a stack dump, runs `py-spy dump` (a stand-in script here) and uploads it; and the
 //!   finding is withdrawn once the culprit prints again or the others end.
 
-use crate::served::free_port;
+use crate::served::Served;
 use coroner_analysis::live::{replay, Feed, LiveConfig};
 use coroner_model::{Nanos, Rank};
 use coroner_tests::{binary, data_dir, truth, Collected};
@@ -230,123 +230,119 @@ fn suspects(v: &serde_json::Value) -> Vec<u64> {
 
 #[test]
 fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog() {
-    let data = tempfile::tempdir().expect("tempdir");
     let spool = tempfile::tempdir().expect("tempdir");
-    let (grpc, http) = (free_port(), free_port());
-    let mut server = Command::new(binary("coronerd"))
-        .arg("--data-dir")
-        .arg(data.path())
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--hang-floor", "2"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start coronerd");
-    let url = format!("http://127.0.0.1:{grpc}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !Command::new(binary("coroner")).args(["--server", &url, "jobs"]).output().is_ok_and(|o| o.status.success()) {
-        assert!(Instant::now() < deadline, "coronerd did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let server = Served::start_with(&["--hang-floor", "2"]);
+    let (url, http) = (server.grpc_url.clone(), server.http_port);
     let tools = tempfile::tempdir().expect("tempdir");
     fake_py_spy(tools.path());
     let started = Instant::now();
     let jobs: Vec<LiveJob> =
         ["nccl2_hang_r1", "gloo8_hang_r5", "nccl2_ok", "gloo4_slow_r2"].iter().map(|b| start(b, &url, spool.path(), tools.path(), started)).collect();
+    // Each job is watched by a thread of its own, in real time: checked one after the other,
+    // a later job's finding could come and go (buffered in its channel) while an earlier one was
+    // still being looked at, and its page and withdrawal were then looked for too late.
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let checks: Vec<_> = jobs.into_iter().map(|j| scope.spawn(|| watch_job(j, started, &url, http))).collect();
+        checks.into_iter().flat_map(|c| c.join().expect("a job's watcher panicked")).collect()
+    });
+    drop(server);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Follows one replayed job from its start: a hang job's finding before the watchdog line, on
+/// its page, with a stack dump, then withdrawn; a healthy job's never. What went wrong, in words.
+fn watch_job(mut j: LiveJob, started: Instant, url: &str, http: u16) -> Vec<String> {
     let mut failures = Vec::new();
-    for mut j in jobs {
-        let mut seen: Vec<(Duration, Vec<u64>)> = Vec::new();
-        match j.quiet {
-            Some((last_line, watchdog)) => {
-                // Wait until the watchdog line would be printed (in wall time), or the finding.
-                let limit = Duration::from_secs_f64(watchdog / SPEED);
-                loop {
-                    match j.updates.recv_timeout(Duration::from_millis(100)) {
-                        Ok((at, _)) if at > limit => break,
-                        Ok((at, v)) => {
-                            let s = suspects(&v);
-                            if !s.is_empty() {
-                                seen.push((at, s));
-                                break;
-                            }
-                        }
-                        Err(_) if started.elapsed() > limit => break,
-                        Err(_) => {}
-                    }
-                }
-                match seen.first() {
-                    Some((at, ranks)) => {
-                        let replay_s = at.as_secs_f64() * SPEED;
-                        eprintln!(
-                            "{}: suspected hang on ranks {ranks:?} at {replay_s:.1} s of replay: {:.1} s after the culprit's last line, {:.1} s before the watchdog line",
-                            j.name,
-                            replay_s - last_line,
-                            watchdog - replay_s
-                        );
-                        if ranks != &vec![u64::from(j.culprit.unwrap())] {
-                            failures.push(format!("{}: suspected {ranks:?}, the culprit is {:?}", j.name, j.culprit));
-                        }
-                        if replay_s - last_line > 8.0 {
-                            failures.push(format!("{}: {:.1} s after the culprit's last line", j.name, replay_s - last_line));
-                        }
-                        let culprit = u64::from(j.culprit.unwrap());
-                        // The page renders the job's current report, which may trail the watch
-                        // stream by a re-evaluation on a loaded machine: look for up to 5 s.
-                        let shows = |page: &str| page.contains("id=\"live-findings\"") && page.contains(&format!("data-rank=\"{culprit}\""));
-                        let asked = std::time::Instant::now();
-                        let mut page = http_get(http, &format!("/jobs/live-{}", j.name));
-                        while !shows(&page) && asked.elapsed() < std::time::Duration::from_secs(5) {
-                            std::thread::sleep(std::time::Duration::from_millis(100));
-                            page = http_get(http, &format!("/jobs/live-{}", j.name));
-                        }
-                        if !shows(&page) {
-                            failures.push(format!("{}: the job page does not show the suspected hang", j.name));
-                        }
-                        match stack_of(&url, &format!("live-{}", j.name), culprit) {
-                            Some(name) => eprintln!("{}: the culprit's agent uploaded the stack dump {name}", j.name),
-                            None => failures.push(format!("{}: no stack dump of the culprit was uploaded", j.name)),
-                        }
-                        // Once the culprit prints again (the watchdog's dump request reaches it)
-                        // or the others end, the finding is withdrawn.
-                        let until = Duration::from_secs_f64(watchdog / SPEED) + Duration::from_secs(6);
-                        let mut retracted = None;
-                        while retracted.is_none() && started.elapsed() < until {
-                            if let Ok((at, v)) = j.updates.recv_timeout(Duration::from_millis(100)) {
-                                if suspects(&v).is_empty() {
-                                    retracted = Some(at);
-                                }
-                            }
-                        }
-                        match retracted {
-                            Some(at) => eprintln!("{}: withdrawn at {:.1} s of replay", j.name, at.as_secs_f64() * SPEED),
-                            None => failures.push(format!("{}: the finding was never withdrawn", j.name)),
-                        }
-                    }
-                    None => failures.push(format!("{}: no suspected hang before the watchdog line", j.name)),
-                }
-            }
-            None => {
-                // A healthy job: nothing, until every agent has exited.
-                let deadline = Instant::now() + Duration::from_secs(40);
-                while j.agents.iter_mut().any(|a| a.try_wait().ok().flatten().is_none()) && Instant::now() < deadline {
-                    while let Ok((_, v)) = j.updates.try_recv() {
+    let mut seen: Vec<(Duration, Vec<u64>)> = Vec::new();
+    match j.quiet {
+        Some((last_line, watchdog)) => {
+            // Wait until the watchdog line would be printed (in wall time), or the finding.
+            let limit = Duration::from_secs_f64(watchdog / SPEED);
+            loop {
+                match j.updates.recv_timeout(Duration::from_millis(100)) {
+                    Ok((at, _)) if at > limit => break,
+                    Ok((at, v)) => {
                         let s = suspects(&v);
                         if !s.is_empty() {
-                            failures.push(format!("{}: a healthy job raised a suspected hang on {s:?}", j.name));
+                            seen.push((at, s));
+                            break;
                         }
                     }
-                    std::thread::sleep(Duration::from_millis(100));
+                    Err(_) if started.elapsed() > limit => break,
+                    Err(_) => {}
                 }
-                std::thread::sleep(Duration::from_millis(500));
-                while let Ok((_, v)) = j.updates.try_recv() {
-                    if !suspects(&v).is_empty() {
-                        failures.push(format!("{}: a healthy job raised {v}", j.name));
+            }
+            match seen.first() {
+                Some((at, ranks)) => {
+                    let replay_s = at.as_secs_f64() * SPEED;
+                    eprintln!(
+                        "{}: suspected hang on ranks {ranks:?} at {replay_s:.1} s of replay: {:.1} s after the culprit's last line, {:.1} s before the watchdog line",
+                        j.name,
+                        replay_s - last_line,
+                        watchdog - replay_s
+                    );
+                    if ranks != &vec![u64::from(j.culprit.unwrap())] {
+                        failures.push(format!("{}: suspected {ranks:?}, the culprit is {:?}", j.name, j.culprit));
                     }
+                    if replay_s - last_line > 8.0 {
+                        failures.push(format!("{}: {:.1} s after the culprit's last line", j.name, replay_s - last_line));
+                    }
+                    let culprit = u64::from(j.culprit.unwrap());
+                    // The page renders the job's current report, which may trail the watch
+                    // stream by a re-evaluation on a loaded machine: look for up to 5 s.
+                    let shows = |page: &str| page.contains("id=\"live-findings\"") && page.contains(&format!("data-rank=\"{culprit}\""));
+                    let asked = std::time::Instant::now();
+                    let mut page = http_get(http, &format!("/jobs/live-{}", j.name));
+                    while !shows(&page) && asked.elapsed() < std::time::Duration::from_secs(5) {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        page = http_get(http, &format!("/jobs/live-{}", j.name));
+                    }
+                    if !shows(&page) {
+                        failures.push(format!("{}: the job page does not show the suspected hang", j.name));
+                    }
+                    match stack_of(url, &format!("live-{}", j.name), culprit) {
+                        Some(name) => eprintln!("{}: the culprit's agent uploaded the stack dump {name}", j.name),
+                        None => failures.push(format!("{}: no stack dump of the culprit was uploaded", j.name)),
+                    }
+                    // Once the culprit prints again (the watchdog's dump request reaches it)
+                    // or the others end, the finding is withdrawn.
+                    let until = Duration::from_secs_f64(watchdog / SPEED) + Duration::from_secs(6);
+                    let mut retracted = None;
+                    while retracted.is_none() && started.elapsed() < until {
+                        if let Ok((at, v)) = j.updates.recv_timeout(Duration::from_millis(100)) {
+                            if suspects(&v).is_empty() {
+                                retracted = Some(at);
+                            }
+                        }
+                    }
+                    match retracted {
+                        Some(at) => eprintln!("{}: withdrawn at {:.1} s of replay", j.name, at.as_secs_f64() * SPEED),
+                        None => failures.push(format!("{}: the finding was never withdrawn", j.name)),
+                    }
+                }
+                None => failures.push(format!("{}: no suspected hang before the watchdog line", j.name)),
+            }
+        }
+        None => {
+            // A healthy job: nothing, until every agent has exited.
+            let deadline = Instant::now() + Duration::from_secs(40);
+            while j.agents.iter_mut().any(|a| a.try_wait().ok().flatten().is_none()) && Instant::now() < deadline {
+                while let Ok((_, v)) = j.updates.try_recv() {
+                    let s = suspects(&v);
+                    if !s.is_empty() {
+                        failures.push(format!("{}: a healthy job raised a suspected hang on {s:?}", j.name));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            while let Ok((_, v)) = j.updates.try_recv() {
+                if !suspects(&v).is_empty() {
+                    failures.push(format!("{}: a healthy job raised {v}", j.name));
                 }
             }
         }
-        stop(j);
     }
-    let _ = server.kill();
-    let _ = server.wait();
-    assert!(failures.is_empty(), "{failures:#?}");
+    stop(j);
+    failures
 }

@@ -12,6 +12,7 @@ mod live;
 mod otlp_metrics;
 mod query_api;
 mod red_team;
+mod ring;
 mod served;
 mod skewed_clocks;
 mod slurm;

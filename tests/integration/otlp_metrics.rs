@@ -1,7 +1,7 @@
 //! OTLP logs in through a real `LogsService` client, found again by search and in the report;
 //! Prometheus metrics scraped after ingest.
 
-use crate::served::{runtime, Served};
+use crate::served::{runtime, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use opentelemetry_proto::tonic::collector::logs::v1::{logs_service_client::LogsServiceClient, ExportLogsServiceRequest};
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
@@ -42,7 +42,7 @@ pub fn resource(job: &str, rank: i64, host: &str, t0: u64, lines: &[&str]) -> Re
 
 #[test]
 fn otlp_logs_are_indexed_and_analyzed_like_agent_lines() {
-    let served = Served::start();
+    let served = TestServer::start();
     let t0 = 1_714_560_000_000_000_000u64;
     runtime().block_on(async {
         let mut logs = LogsServiceClient::connect(served.grpc_url.clone()).await.expect("connect");
@@ -114,7 +114,7 @@ fn metric(text: &str, name: &str) -> f64 {
 
 #[test]
 fn metrics_count_what_was_ingested() {
-    let served = Served::start();
+    let served = TestServer::start();
     served.import("nccl2_hang_r1", "m-hang");
     served.import("nccl2_oom_r1", "m-oom");
     // The reporter stores each job's report a moment after its last lines are in (debounced):

@@ -2,16 +2,14 @@
 //! filters, aligned time ranges and cursors; counts per rank; the timeline; snapshots; and a
 //! scheduler-style watcher that learns the culprit while real agents run.
 
-use crate::served::{runtime, Served};
+use crate::served::{runtime, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
-use coroner_tests::{binary, data_dir};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_stream::StreamExt;
 
 #[test]
 fn health_and_reflection_answer() {
-    let served = Served::start();
+    let served = TestServer::start();
     runtime().block_on(async {
         use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest};
         let channel = tonic::transport::Channel::from_shared(served.grpc_url.clone()).expect("url").connect().await.expect("connect");
@@ -39,7 +37,7 @@ fn health_and_reflection_answer() {
 
 #[test]
 fn search_filters_pages_and_counts_on_the_aligned_clock() {
-    let served = Served::start();
+    let served = TestServer::start();
     let report = served.import("nccl2_hang_r1", "q-hang");
     runtime().block_on(async {
         let mut q = QueryClient::connect(served.grpc_url.clone()).await.expect("connect");
@@ -128,7 +126,7 @@ fn search_filters_pages_and_counts_on_the_aligned_clock() {
 
 #[test]
 fn snapshots_are_listed_and_streamed_back_byte_for_byte() {
-    let served = Served::start();
+    let served = TestServer::start();
     served.import("nccl2_hang_r1", "q-snap");
     let list = served.coroner(&["snapshot", "list", "q-snap", "--json"]);
     assert!(list.status.success(), "{}", String::from_utf8_lossy(&list.stderr));
@@ -152,7 +150,7 @@ fn snapshots_are_listed_and_streamed_back_byte_for_byte() {
 
 #[test]
 fn a_scheduler_watching_a_job_learns_the_culprit_within_a_second_of_the_evidence() {
-    let served = Served::start();
+    let served = TestServer::start();
     let job = "watch-kill";
     let rt = runtime();
     // The watcher subscribes before any agent starts (watching creates the job).
@@ -170,31 +168,8 @@ fn a_scheduler_watching_a_job_learns_the_culprit_within_a_second_of_the_evidence
     let (_, first) = rx.recv_timeout(Duration::from_secs(10)).expect("the current report comes first");
     assert_eq!(first.verdict, "running");
 
-    let spool = tempfile::tempdir().expect("tempdir");
-    let port = u32::from(crate::served::free_port()) + 100;
-    let mut agents: Vec<_> = (0..3u32)
-        .map(|rank| {
-            Command::new(binary("coroner-agent"))
-                .args(["run", "--job", job, "--server", &served.grpc_url, "--flush-timeout", "10"])
-                .arg("--spool-dir")
-                .arg(spool.path())
-                .args(["--", "python3"])
-                .arg(data_dir().join("../../examples/ring_job.py"))
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", "3")
-                .env("MASTER_PORT", port.to_string())
-                .env("STEPS", "6")
-                .env("STEP_SECONDS", "0.05")
-                .env("COLLECTIVE_TIMEOUT", "3")
-                .env("FAULT", "kill")
-                .env("FAULT_RANK", "1")
-                .env("FAULT_STEP", "2")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start coroner-agent")
-        })
-        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut agents = crate::ring::Ring { server: &served.grpc_url, job, world: 3, fault: "kill", fault_rank: 1 }.start(dir.path());
     // The killed rank's agent reports the end and flushes before it exits: when it has exited,
     // the evidence has arrived.
     let evidence_in = {

@@ -6,7 +6,7 @@
 //! notes the restart. Then deploy/slurm/epilog.sh ships what an agent left in its spool while
 //! coronerd was away, and keeps it (exiting 0, so Slurm drains nothing) while coronerd still is.
 
-use crate::served::{free_port, Served as Server};
+use crate::served::Served as Server;
 use coroner_tests::{binary, data_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -76,13 +76,14 @@ fn srun_tasks_under_the_agent_report_the_slurm_job_the_failing_rank_and_its_node
     let spool = tempfile::tempdir().expect("tempdir");
     let ring = repo().join("examples/ring_job.py");
     let ring = ring.to_str().expect("utf-8 path");
-    let port = (u32::from(free_port()) + 100).to_string();
+    // The ranks meet through files in RING_DIR (ports the kernel picks), not a guessed port.
+    let ring_dir = tempfile::tempdir().expect("tempdir");
     // A requeued job (SLURM_RESTART_COUNT=1) of two tasks on two nodes; task 1 raises at step 2.
     let tasks: Vec<_> = [(0, "node-a"), (1, "node-b")]
         .into_iter()
         .map(|(procid, node)| {
             srun_task(&server.grpc_url, spool.path(), &slurm_env("4242", procid, 2, node, 1), &["python3", ring])
-                .env("MASTER_PORT", &port)
+                .env("RING_DIR", ring_dir.path())
                 .env("STEPS", "6")
                 .env("STEP_SECONDS", "0.05")
                 .env("COLLECTIVE_TIMEOUT", "3")
@@ -124,7 +125,8 @@ fn the_epilog_ships_what_a_task_left_in_its_spool_and_never_fails_the_node() {
     let server = Server::start();
     let spool = tempfile::tempdir().expect("tempdir");
     // coronerd is away for the whole task: the agent leaves its lines and the end in the spool.
-    let away = format!("http://127.0.0.1:{}", free_port());
+    // Port 1 (tcpmux): reserved, and nothing listens there on a test machine.
+    let away = "http://127.0.0.1:1".to_string();
     let out =
         srun_task(&away, spool.path(), &slurm_env("4343", 0, 1, "node-c", 0), &["sh", "-c", "echo epilog-marker one; echo epilog-marker two >&2; exit 3"])
             .output()

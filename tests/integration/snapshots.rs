@@ -2,55 +2,22 @@
 //! highlights and flight recorder progress as `coroner analyze` finds offline, because the server
 //! reads the stored bytes with the same readers.
 
+use crate::served::TestServer;
 use coroner_tests::{binary, data_dir};
-use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn coroner(url: &str, args: &[&str]) -> std::process::Output {
-    Command::new(binary("coroner")).arg("--server").arg(url).args(args).output().expect("run coroner")
-}
 
 #[test]
 fn imported_snapshots_get_the_offline_highlights_and_progress() {
-    let data = tempfile::tempdir().expect("tempdir");
-    let (grpc, http) = (free_port(), free_port());
-    let _server = Server(
-        Command::new(binary("coronerd"))
-            .arg("--data-dir")
-            .arg(data.path())
-            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start coronerd"),
-    );
-    let url = format!("http://127.0.0.1:{grpc}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while coroner(&url, &["jobs"]).status.code() != Some(0) {
-        assert!(Instant::now() < deadline, "coronerd did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let server = TestServer::start();
     let bundle = data_dir().join("corpus/nccl2_oom_r1");
-    let out = coroner(&url, &["import", bundle.to_str().expect("utf-8 path"), "--job", "snap-import"]);
+    let out = server.coroner(&["import", bundle.to_str().expect("utf-8 path"), "--job", "snap-import"]);
     assert!(out.status.success(), "import: {}", String::from_utf8_lossy(&out.stderr));
     let offline_out = Command::new(binary("coroner")).args(["analyze", "--json"]).arg(&bundle).output().expect("analyze");
     let offline: serde_json::Value = serde_json::from_slice(&offline_out.stdout).expect("json");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let out = coroner(&url, &["report", "snap-import", "--json"]);
+        let out = server.coroner(&["report", "snap-import", "--json"]);
         let online: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         let settled = online["verdict"] != "running" && online["snapshots"].as_array().is_some_and(|s| s.len() == 4);
         if settled || Instant::now() > deadline {
@@ -66,7 +33,7 @@ fn imported_snapshots_get_the_offline_highlights_and_progress() {
 }
 
 mod resume {
-    use crate::served::{runtime, Served};
+    use crate::served::{runtime, TestServer};
     use coroner_proto::v1::{self, ingest_client::IngestClient};
     use sha2::{Digest, Sha256};
     use tonic::transport::Channel;
@@ -100,7 +67,7 @@ mod resume {
     /// is whole; a later job with the same content sends no bytes at all and still lists it.
     #[test]
     fn an_interrupted_upload_resumes_and_a_stored_content_is_not_sent_again() {
-        let server = Served::start();
+        let server = TestServer::start();
         runtime().block_on(async {
             let mut client = IngestClient::connect(server.grpc_url.clone()).await.expect("connect");
             let s1 = session(&mut client, "resume-1").await;

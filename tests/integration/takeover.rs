@@ -7,7 +7,7 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`); each run creates its own database and drops
 //! it. `CORONER_SKIP_POSTGRES=1` skips the test (with a note) when the server is unreachable.
 
-use crate::served::{free_port, runtime};
+use crate::served::{runtime, Served};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use coroner_tests::binary;
 use sqlx::{Connection, PgConnection};
@@ -34,33 +34,23 @@ impl Drop for KeepOnPanic {
     }
 }
 
+/// One coronerd of the three, by its instance id.
 struct Instance {
     id: String,
-    child: Child,
-    grpc_url: String,
-    http_port: u16,
+    server: Served,
 }
 
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Instance {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.server
     }
 }
 
 fn start_instance(id: &str, db_url: &str, data: &Path, log: &Path) -> Instance {
-    let (grpc, http) = (free_port(), free_port());
-    let log = std::fs::File::create(log.join(format!("{id}.log"))).expect("log file");
-    let child = Command::new(binary("coronerd"))
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--database-url", db_url, "--instance-id", id, "--lease-ttl", &TTL_S.to_string()])
-        .env("CORONER_LOG", "info,tantivy=warn")
-        .stderr(log)
-        .spawn()
-        .expect("start coronerd");
-    Instance { id: id.to_string(), child, grpc_url: format!("http://127.0.0.1:{grpc}"), http_port: http }
+    let ttl = TTL_S.to_string();
+    let server = Served::start_in(data, &log.join(format!("{id}.log")), &["--database-url", db_url, "--instance-id", id, "--lease-ttl", &ttl]);
+    Instance { id: id.to_string(), server }
 }
 
 /// A rank that prints `rank R line I` LINES times, steadily.
@@ -154,18 +144,6 @@ fn run(rt: &tokio::runtime::Runtime, db_url: &str) {
     let spool = tempfile::tempdir().expect("spool dir");
     // Each instance migrates the same fresh database at once: the migrator's advisory lock must hold.
     let mut instances: Vec<Instance> = ["i1", "i2", "i3"].iter().map(|id| start_instance(id, db_url, data.path(), &logs_kept)).collect();
-    for inst in &mut instances {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while rt.block_on(QueryClient::connect(inst.grpc_url.clone())).is_err() {
-            assert!(Instant::now() < deadline, "{} did not come up", inst.id);
-            // A port picked free may be taken by another test before the instance binds it:
-            // the instance exits at once; start it again on other ports.
-            if inst.child.try_wait().ok().flatten().is_some() {
-                *inst = start_instance(&inst.id.clone(), db_url, data.path(), &logs_kept);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
     let servers = instances.iter().map(|i| i.grpc_url.as_str()).collect::<Vec<_>>().join(",");
     let job = "takeover-1";
     let mut agents: Vec<Child> = (0..WORLD).map(|r| start_agent(&servers, job, r, spool.path(), &logs_kept)).collect();
@@ -185,8 +163,7 @@ fn run(rt: &tokio::runtime::Runtime, db_url: &str) {
     let mut dead = instances.remove(victim);
     let before: u64 = rt.block_on(counts(&dead.grpc_url, job)).map(|c| c.iter().sum()).unwrap_or(0);
     let killed = Instant::now();
-    dead.child.kill().expect("SIGKILL the owner");
-    let _ = dead.child.wait();
+    dead.server.kill();
 
     // Measure: who owns the job, whether the survivors answer queries, and when lines flow again.
     let mut takeover = None;

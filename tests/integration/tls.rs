@@ -1,27 +1,20 @@
-//! TLS: coronerd with a self-signed certificate (made here) serves gRPC and HTTP over TLS; the
-//! CLI, an agent and an HTTPS client that trust it (`--tls-ca`) get through; a client that does
-//! not, or that speaks plain text to a TLS port, is refused.
+//! TLS: coronerd (in process) with a self-signed certificate (made here) serves gRPC and HTTP
+//! over TLS; the CLI, an agent and an HTTPS client that trust it (`--tls-ca`) get through; a
+//! client that does not, or that speaks plain text to a TLS port, is refused.
 
-use crate::served::free_port;
+use crate::served::TestServer;
 use coroner_tests::binary;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 struct Tls {
-    child: Child,
+    _server: TestServer,
     port: u16,
     http_port: u16,
     ca: std::path::PathBuf,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Tls {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// GET over TLS trusting `ca`: the response's text ("" when no connection or handshake).
@@ -62,24 +55,14 @@ fn start() -> Tls {
     let (cert, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     std::fs::write(&cert, key.cert.pem()).expect("write cert");
     std::fs::write(&key_file, key.key_pair.serialize_pem()).expect("write key");
-    let (grpc, http) = (free_port(), free_port());
-    let child = Command::new(binary("coronerd"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}"), "--http-addr", &format!("127.0.0.1:{http}")])
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key_file)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start coronerd");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !https_get(http, &cert, "/healthz").starts_with("HTTP/1.0 200") {
-        assert!(Instant::now() < deadline, "coronerd did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Tls { child, port: grpc, http_port: http, ca: cert, _dir: dir }
+    let server = TestServer::start_with(|c| {
+        c.tls_cert = Some(cert.clone());
+        c.tls_key = Some(key_file.clone());
+    });
+    let (grpc, http) = (server.bound().grpc.port(), server.bound().http.port());
+    let health = https_get(http, &cert, "/healthz");
+    assert!(health.starts_with("HTTP/1.0 200"), "/healthz over HTTPS: {health:?}");
+    Tls { _server: server, port: grpc, http_port: http, ca: cert, _dir: dir }
 }
 
 fn coroner(server: &str, ca: Option<&std::path::Path>, args: &[&str]) -> Output {

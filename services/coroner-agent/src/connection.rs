@@ -6,7 +6,7 @@
 //! server that accepts connections and then says nothing costs one attempt, not the agent.
 
 use crate::wire::{Outgoing, ShipCodec};
-use coroner_proto::auth::Channel;
+use coroner_proto::auth::{Channel, ClientAuth};
 use coroner_proto::v1;
 use coroner_proto::v1::ingest_client::IngestClient;
 use std::collections::HashMap;
@@ -67,19 +67,19 @@ pub fn servers(list: &str) -> Vec<&str> {
 }
 
 /// A channel to `server` (TLS for `https://`, the token on every request).
-pub async fn open_channel(server: &str) -> Result<Channel, String> {
-    let endpoint = coroner_proto::auth::endpoint(server)?.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true);
+pub async fn open_channel(server: &str, auth: &ClientAuth) -> Result<Channel, String> {
+    let endpoint = auth.endpoint(server)?.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true);
     let channel = endpoint.connect().await.map_err(|e| format!("connect to {server}: {e}"))?;
-    Ok(coroner_proto::auth::channel(channel))
+    Ok(auth.channel(channel))
 }
 
 /// Opens a session and a `ShipLogs` stream on `channel`, following one redirect to the owner
 /// of the job when `server` does not own it.
-pub async fn connect_or_follow(channel: Channel, server: &str, request: v1::OpenSessionRequest) -> Result<Connected, String> {
+pub async fn connect_or_follow(channel: Channel, server: &str, auth: &ClientAuth, request: v1::OpenSessionRequest) -> Result<Connected, String> {
     match connect(channel, request.clone()).await {
         Err(ConnectError::Redirect(owner)) => {
             tracing::info!("{server} does not own this job; connecting to its owner at {owner}");
-            connect(open_channel(&owner).await?, request).await.map_err(|e| e.to_string())
+            connect(open_channel(&owner, auth).await?, request).await.map_err(|e| e.to_string())
         }
         other => other.map_err(|e| e.to_string()),
     }

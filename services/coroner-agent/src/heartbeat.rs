@@ -18,6 +18,7 @@ const DUMP_LIMIT: Duration = Duration::from_secs(20);
 
 pub struct Settings {
     pub server: String,
+    pub auth: coroner_proto::auth::ClientAuth,
     pub job: String,
     pub rank: u32,
     pub pid: u32,
@@ -35,7 +36,7 @@ pub async fn run(s: Settings) {
         if client.is_none() {
             // Any instance will do: one that does not own the job passes the heartbeat on.
             let first = crate::connection::servers(&s.server).first().copied().unwrap_or_default();
-            client = open_channel(first).await.ok().map(LivenessClient::new);
+            client = open_channel(first, &s.auth).await.ok().map(LivenessClient::new);
         }
         let Some(c) = client.as_mut() else { continue };
         let req = HeartbeatRequest {

@@ -14,14 +14,20 @@ use std::path::{Path, PathBuf};
 const MAX_DEPTH: usize = 4;
 
 pub fn run(args: &ShipArgs) -> i32 {
-    if let Err(e) = coroner_proto::auth::set_token(args.token.as_deref()) {
-        tracing::error!("--token / CORONER_TOKEN: {e}");
-        return 2;
-    }
-    if let Err(e) = coroner_proto::auth::set_tls_ca(args.tls_ca.as_deref()) {
-        tracing::error!("--tls-ca / CORONER_TLS_CA: {e}");
-        return 2;
-    }
+    let auth = match coroner_proto::auth::ClientAuth::default().with_token(args.token.as_deref()) {
+        Ok(auth) => auth,
+        Err(e) => {
+            tracing::error!("--token / CORONER_TOKEN: {e}");
+            return 2;
+        }
+    };
+    let auth = match auth.with_tls_ca(args.tls_ca.as_deref()) {
+        Ok(auth) => auth,
+        Err(e) => {
+            tracing::error!("--tls-ca / CORONER_TLS_CA: {e}");
+            return 2;
+        }
+    };
     let dir = args.spool_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("coroner-spool"));
     let found = leftover_spools(&dir);
     if found.is_empty() {
@@ -39,7 +45,7 @@ pub fn run(args: &ShipArgs) -> i32 {
     let shipped = rt.block_on(async {
         let mut channel = None;
         for server in servers(&args.server) {
-            match open_channel(server).await {
+            match open_channel(server, &auth).await {
                 Ok(c) => {
                     channel = Some(c);
                     break;

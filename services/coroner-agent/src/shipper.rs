@@ -57,11 +57,13 @@ pub struct Config {
     pub batch_bytes: usize,
     pub batch_interval: Duration,
     pub max_unacked_bytes: usize,
+    /// The token and CA every connection to `server` uses.
+    pub auth: coroner_proto::auth::ClientAuth,
 }
 
 impl Config {
-    pub fn new(server: String) -> Self {
-        Config { server, batch_lines: 1000, batch_bytes: 1 << 20, batch_interval: Duration::from_millis(100), max_unacked_bytes: 2 << 20 }
+    pub fn new(server: String, auth: coroner_proto::auth::ClientAuth) -> Self {
+        Config { server, auth, batch_lines: 1000, batch_bytes: 1 << 20, batch_interval: Duration::from_millis(100), max_unacked_bytes: 2 << 20 }
     }
 }
 
@@ -389,13 +391,14 @@ impl Shipper {
         request.seq_offset = self.base.as_ref().map(SeqBase::offset);
         let orphans = std::mem::take(&mut self.orphans);
         let tx = self.events_tx.clone();
+        let auth = self.cfg.auth.clone();
         tokio::spawn(async move {
             let result = async {
-                let channel = connection::open_channel(&server).await?;
+                let channel = connection::open_channel(&server, &auth).await?;
                 for (path, file) in orphans {
                     replay::replay(channel.clone(), path, file).await;
                 }
-                connection::connect_or_follow(channel, &server, request).await.map(Box::new)
+                connection::connect_or_follow(channel, &server, &auth, request).await.map(Box::new)
             }
             .await;
             let _ = tx.send(Event::Connected(gen, result));

@@ -25,6 +25,7 @@ use crate::queue::LineQueue;
 use crate::{collect, gpu_sampler, heartbeat, relay, shipper, snapshots, spool};
 use coroner_model::{now_ns, Stream};
 use coroner_parse::RankFiler;
+use coroner_proto::auth::ClientAuth;
 use coroner_proto::v1;
 use std::fs::File;
 use std::os::fd::{FromRawFd, RawFd};
@@ -86,12 +87,6 @@ pub fn run() -> i32 {
         }
     };
     crate::init_tracing(plan.quiet);
-    if let Err(e) = coroner_proto::auth::set_token(plan.token.as_deref()) {
-        tracing::error!("--token / CORONER_TOKEN: {e}; shipping without a token");
-    }
-    if let Err(e) = coroner_proto::auth::set_tls_ca(plan.tls_ca.as_deref()) {
-        tracing::error!("--tls-ca / CORONER_TLS_CA: {e}; trusting the public roots only");
-    }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -112,12 +107,13 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
     let (spool, orphans) = open_spool(&plan, &session);
     let queue = Arc::new(LineQueue::new(QUEUE_LINES, QUEUE_BYTES));
     let (finish_tx, finish_rx) = tokio::sync::mpsc::channel(1);
-    let mut shipper = shipper::Shipper::new(shipper::Config::new(plan.server.clone()), session, queue.clone(), spool, orphans);
+    let auth = client_auth(&plan);
+    let mut shipper = shipper::Shipper::new(shipper::Config::new(plan.server.clone(), auth.clone()), session, queue.clone(), spool, orphans);
     let connections = shipper.watch_connections();
     let shipper = tokio::spawn(shipper.run(finish_rx));
     let (snap_tx, snap_rx) = tokio::sync::mpsc::channel(16);
     let watcher = start_watcher(&plan, connections, snap_rx);
-    let beat = start_heartbeat(&plan);
+    let beat = start_heartbeat(&plan, auth);
     // One numbering for the child's lines (split here from the supervisor's reads) and the GPU
     // samples (on the `file` stream): a launcher agent's local-to-global mapping learnt on one
     // stream applies to all.
@@ -205,10 +201,11 @@ fn start_watcher(
 }
 
 /// Heartbeats for a rank agent (a launcher agent has no one rank to speak of).
-fn start_heartbeat(plan: &Plan) -> Option<tokio::task::JoinHandle<()>> {
+fn start_heartbeat(plan: &Plan, auth: ClientAuth) -> Option<tokio::task::JoinHandle<()>> {
     plan.rank.map(|rank| {
         tokio::spawn(heartbeat::run(heartbeat::Settings {
             server: plan.server.clone(),
+            auth,
             job: plan.job.clone(),
             rank,
             pid: plan.child_pid,
@@ -461,4 +458,18 @@ fn set_process_name(name: &std::ffi::CStr) {
     unsafe {
         libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0);
     }
+}
+
+/// The token and CA of the plan. A bad one is logged and left out, and shipping goes on without
+/// it: no setting of the agent's stops the job.
+fn client_auth(plan: &Plan) -> ClientAuth {
+    let none = ClientAuth::default();
+    let auth = none.clone().with_token(plan.token.as_deref()).unwrap_or_else(|e| {
+        tracing::error!("--token / CORONER_TOKEN: {e}; shipping without a token");
+        none
+    });
+    auth.clone().with_tls_ca(plan.tls_ca.as_deref()).unwrap_or_else(|e| {
+        tracing::error!("--tls-ca / CORONER_TLS_CA: {e}; trusting the public roots only");
+        auth
+    })
 }

@@ -86,7 +86,7 @@ impl Hosts {
     }
 }
 
-pub async fn run(server: &str, paths: &[PathBuf], job: &str, hosts: &Hosts) -> anyhow::Result<ExitCode> {
+pub async fn run(server: &crate::remote::Server, paths: &[PathBuf], job: &str, hosts: &Hosts) -> anyhow::Result<ExitCode> {
     coroner_model::JobId::parse(job).with_context(|| format!("job id {job:?}"))?;
     let mut collected = Collected::default();
     coroner_bundle::load_paths(paths, &mut collected)?;

@@ -197,33 +197,40 @@ enum SnapshotCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     term::set_raw(cli.raw);
-    if let Err(e) = coroner_proto::auth::set_token(cli.token.as_deref()) {
-        crate::say_err!("coroner: --token: {e}");
-        return ExitCode::from(2);
-    }
-    if let Err(e) = coroner_proto::auth::set_tls_ca(cli.tls_ca.as_deref()) {
-        crate::say_err!("coroner: --tls-ca: {e}");
-        return ExitCode::from(2);
-    }
+    let auth = match coroner_proto::auth::ClientAuth::default().with_token(cli.token.as_deref()) {
+        Ok(auth) => auth,
+        Err(e) => {
+            crate::say_err!("coroner: --token: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let auth = match auth.with_tls_ca(cli.tls_ca.as_deref()) {
+        Ok(auth) => auth,
+        Err(e) => {
+            crate::say_err!("coroner: --tls-ca: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let server = remote::Server { url: cli.server, auth };
     let result = match cli.command {
         Command::Analyze { paths, json, job, rules, history } => analyze::run(&paths, json, job, rules.as_deref(), history.as_deref()),
         Command::Fr { dir, json } => fr::run(&dir, json),
         Command::Import { paths, job, host, host_map } => {
-            import::Hosts::parse(host, &host_map).and_then(|hosts| runtime().and_then(|rt| rt.block_on(import::run(&cli.server, &paths, &job, &hosts))))
+            import::Hosts::parse(host, &host_map).and_then(|hosts| runtime().and_then(|rt| rt.block_on(import::run(&server, &paths, &job, &hosts))))
         }
-        Command::Suspects { since, all, json } => runtime().and_then(|rt| rt.block_on(suspects::run(&cli.server, since.as_deref(), all, json))),
-        Command::Report { job, json } => runtime().and_then(|rt| rt.block_on(remote::report(&cli.server, &job, json))),
-        Command::Jobs { json } => runtime().and_then(|rt| rt.block_on(remote::jobs(&cli.server, json))),
+        Command::Suspects { since, all, json } => runtime().and_then(|rt| rt.block_on(suspects::run(&server, since.as_deref(), all, json))),
+        Command::Report { job, json } => runtime().and_then(|rt| rt.block_on(remote::report(&server, &job, json))),
+        Command::Jobs { json } => runtime().and_then(|rt| rt.block_on(remote::jobs(&server, json))),
         Command::Search { job, query, rank, host, stream, kind, since, until, limit, cursor, json } => {
             let args = remote::SearchArgs { query, rank, host, stream, kind, since, until, limit, cursor, json };
-            runtime().and_then(|rt| rt.block_on(remote::search(&cli.server, &job, args)))
+            runtime().and_then(|rt| rt.block_on(remote::search(&server, &job, args)))
         }
-        Command::Count { job, query, json } => runtime().and_then(|rt| rt.block_on(remote::count(&cli.server, &job, &query, json))),
-        Command::Timeline { job, width, by_host, json } => runtime().and_then(|rt| rt.block_on(timeline::run(&cli.server, &job, width, by_host, json))),
-        Command::Watch { job, json, until_done } => runtime().and_then(|rt| rt.block_on(remote::watch(&cli.server, &job, json, until_done))),
-        Command::Snapshot { command: SnapshotCommand::List { job, json } } => runtime().and_then(|rt| rt.block_on(snapshot::list(&cli.server, &job, json))),
+        Command::Count { job, query, json } => runtime().and_then(|rt| rt.block_on(remote::count(&server, &job, &query, json))),
+        Command::Timeline { job, width, by_host, json } => runtime().and_then(|rt| rt.block_on(timeline::run(&server, &job, width, by_host, json))),
+        Command::Watch { job, json, until_done } => runtime().and_then(|rt| rt.block_on(remote::watch(&server, &job, json, until_done))),
+        Command::Snapshot { command: SnapshotCommand::List { job, json } } => runtime().and_then(|rt| rt.block_on(snapshot::list(&server, &job, json))),
         Command::Snapshot { command: SnapshotCommand::Get { job, sha256, output } } => {
-            runtime().and_then(|rt| rt.block_on(snapshot::get(&cli.server, &job, &sha256, &output)))
+            runtime().and_then(|rt| rt.block_on(snapshot::get(&server, &job, &sha256, &output)))
         }
     };
     match result {

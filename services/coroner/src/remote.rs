@@ -1,18 +1,30 @@
 //! Commands that read from coronerd: `report`, `jobs`, `search`, `count`, `watch`.
 
 use anyhow::Context;
-use coroner_proto::auth::Channel;
+use coroner_proto::auth::{Channel, ClientAuth};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use std::process::ExitCode;
 
-/// A channel to coronerd whose calls carry `--token`.
-pub async fn channel(server: &str) -> anyhow::Result<Channel> {
-    let endpoint = coroner_proto::auth::endpoint(server).map_err(|e| anyhow::anyhow!("{e} (set --server or CORONER_SERVER)"))?;
-    let inner = endpoint.connect().await.with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))?;
-    Ok(coroner_proto::auth::channel(inner))
+/// The coronerd a command talks to: its address (`--server`) and how to reach it (`--token`, `--tls-ca`).
+pub struct Server {
+    pub url: String,
+    pub auth: ClientAuth,
 }
 
-pub async fn connect(server: &str) -> anyhow::Result<QueryClient<Channel>> {
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// A channel to coronerd whose calls carry `--token`.
+pub async fn channel(server: &Server) -> anyhow::Result<Channel> {
+    let endpoint = server.auth.endpoint(&server.url).map_err(|e| anyhow::anyhow!("{e} (set --server or CORONER_SERVER)"))?;
+    let inner = endpoint.connect().await.with_context(|| format!("connect to coronerd at {server} (is it running? set --server or CORONER_SERVER)"))?;
+    Ok(server.auth.channel(inner))
+}
+
+pub async fn connect(server: &Server) -> anyhow::Result<QueryClient<Channel>> {
     Ok(QueryClient::new(channel(server).await?))
 }
 
@@ -24,7 +36,7 @@ pub fn status_message(s: tonic::Status) -> anyhow::Error {
     }
 }
 
-pub async fn report(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn report(server: &Server, job: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
     let r = client.get_report(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner();
     if json {
@@ -35,7 +47,7 @@ pub async fn report(server: &str, job: &str, json: bool) -> anyhow::Result<ExitC
     Ok(crate::outcome::exit_code(crate::outcome::verdict_from_wire(&r.verdict)))
 }
 
-pub async fn jobs(server: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn jobs(server: &Server, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
     let jobs = client.list_jobs(v1::ListJobsRequest::default()).await.map_err(status_message)?.into_inner().jobs;
     if json {
@@ -91,7 +103,7 @@ pub fn parse_time(what: &str, s: &str) -> anyhow::Result<i64> {
         .ok_or_else(|| anyhow::anyhow!("{what} {s:?} is not an RFC 3339 time (like 2024-05-01T12:00:00Z)"))
 }
 
-pub async fn search(server: &str, job: &str, a: SearchArgs) -> anyhow::Result<ExitCode> {
+pub async fn search(server: &Server, job: &str, a: SearchArgs) -> anyhow::Result<ExitCode> {
     let since_ns = a.since.as_deref().map(|s| parse_time("--since", s)).transpose()?;
     let until_ns = a.until.as_deref().map(|s| parse_time("--until", s)).transpose()?;
     let mut client = connect(server).await?;
@@ -132,7 +144,7 @@ pub async fn search(server: &str, job: &str, a: SearchArgs) -> anyhow::Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn count(server: &str, job: &str, query: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn count(server: &Server, job: &str, query: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
     let resp = client.count_by_rank(v1::CountByRankRequest { job_id: job.to_string(), query: query.to_string() }).await.map_err(status_message)?.into_inner();
     if json {
@@ -149,7 +161,7 @@ pub async fn count(server: &str, job: &str, query: &str, json: bool) -> anyhow::
 
 /// Prints the job's headline now and on every change, until the server ends the stream or, with
 /// `until_done`, until the verdict is no longer `running` (then exits with that verdict's code).
-pub async fn watch(server: &str, job: &str, json: bool, until_done: bool) -> anyhow::Result<ExitCode> {
+pub async fn watch(server: &Server, job: &str, json: bool, until_done: bool) -> anyhow::Result<ExitCode> {
     use tokio_stream::StreamExt;
     let mut client = connect(server).await?;
     let mut stream = client.watch_job(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner();

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use tokio_stream::StreamExt;
 
-pub async fn list(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn list(server: &crate::remote::Server, job: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
     let snaps = client.list_snapshots(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner().snapshots;
     if json {
@@ -28,7 +28,7 @@ pub async fn list(server: &str, job: &str, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn get(server: &str, job: &str, sha256: &str, output: &Path) -> anyhow::Result<ExitCode> {
+pub async fn get(server: &crate::remote::Server, job: &str, sha256: &str, output: &Path) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
     let mut stream =
         client.get_snapshot(v1::GetSnapshotRequest { job_id: job.to_string(), sha256: sha256.to_string() }).await.map_err(status_message)?.into_inner();

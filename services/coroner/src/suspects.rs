@@ -16,7 +16,7 @@ pub fn parse_since(s: &str, now_ns: i64) -> anyhow::Result<i64> {
     parse_time("--since", t).map_err(|_| anyhow::anyhow!("--since {s:?} is neither a time ago (7d, 24h, 90m) nor an RFC 3339 time (2024-05-01T12:00:00Z)"))
 }
 
-pub async fn run(server: &str, since: Option<&str>, all: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(server: &crate::remote::Server, since: Option<&str>, all: bool, json: bool) -> anyhow::Result<ExitCode> {
     let now = coroner_model::now_ns();
     let since_ns = since.map(|s| parse_since(s, now)).transpose()?;
     let mut client = connect(server).await?;

@@ -84,7 +84,7 @@ pub fn render(t: &v1::TimelineResponse, width: usize, color: bool) -> String {
     out
 }
 
-pub async fn run(server: &str, job: &str, width: Option<usize>, group_by_host: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(server: &crate::remote::Server, job: &str, width: Option<usize>, group_by_host: bool, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
     let t = client
         .timeline(v1::TimelineRequest { job_id: job.to_string(), group_by_host, max_lanes: 0, max_events_per_lane: 0 })

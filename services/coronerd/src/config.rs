@@ -82,6 +82,11 @@ pub struct Config {
     /// A CA certificate (PEM) that other instances' `https://` certificates chain to (for proxied queries).
     #[arg(long, env = "CORONER_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// Once both listeners are bound, write their addresses to this file (JSON: `{"grpc":
+    /// "127.0.0.1:40123", "http": "127.0.0.1:40124"}`, written whole or not at all): how whoever
+    /// started coronerd on port 0 (tests, the load bench) learns where it listens.
+    #[arg(long, env = "CORONER_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
     /// What one client may cost: queries, jobs, disk, ingest (`limits.rs`, docs/SECURITY.md).
     #[command(flatten)]
     pub limits: crate::limits::LimitsConfig,
@@ -147,6 +152,7 @@ impl Config {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            ready_file: None,
             limits: crate::limits::LimitsConfig::default(),
         }
     }

@@ -33,10 +33,31 @@ use tokio_util::sync::CancellationToken;
 pub use config::Config;
 
 /// The addresses a running server actually bound (ports may have been 0).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Bound {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+}
+
+impl Bound {
+    /// Writes the addresses to `path` (`--ready-file`) through a temporary file renamed into
+    /// place, so a reader sees the whole file or none.
+    pub fn write_ready_file(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let json = serde_json::to_vec(self).context("encode the bound addresses")?;
+        std::fs::write(&tmp, json).with_context(|| format!("write the ready file {} (--ready-file)", std::path::Path::new(&tmp).display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("move the ready file into place at {} (--ready-file)", path.display()))
+    }
+
+    /// The addresses a server wrote to `path` (`--ready-file`); `None` until it has.
+    pub fn read_ready_file(path: &std::path::Path) -> anyhow::Result<Option<Bound>> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| format!("read the ready file {}: not coronerd's JSON", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("read the ready file {}", path.display())),
+        }
+    }
 }
 
 /// Runs the server until `shutdown` is cancelled.
@@ -54,11 +75,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     };
     let tokens = Arc::new(config.tokens()?.with_secure_cookie(http_tls.is_some()));
     // Proxied queries to other instances trust this CA for their https:// addresses.
-    if let Some(ca) = &config.tls_ca {
-        std::fs::metadata(ca).with_context(|| format!("the TLS CA file {} (--tls-ca)", ca.display()))?;
-        // Set once per process (a second server in one process keeps the first CA).
-        let _ = coroner_proto::auth::set_tls_ca(Some(ca));
-    }
+    let peer_auth = coroner_proto::auth::ClientAuth::default().with_tls_ca(config.tls_ca.as_deref()).map_err(|e| anyhow::anyhow!("{e} (--tls-ca)"))?;
     std::fs::create_dir_all(&config.data_dir).with_context(|| format!("create the data dir {}", config.data_dir.display()))?;
     let rules = load_rules(&config)?;
     let store = coroner_store::connect(&config.database_url()).await.with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
@@ -74,7 +91,9 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
     let parts = Parts::new(&config, store, rules, me, &shutdown)?;
     retention::spawn(parts.jobs.clone(), parts.snapshots.clone(), config.retention, shutdown.clone());
-    let grpc = grpc_server(&parts, grpc_tls, tokens.clone(), grpc_listener, shutdown.clone()).await?;
+    // Queries and heartbeats about a job another instance owns go to the owner.
+    let peers = proxy::Peers::new(peer_auth);
+    let grpc = grpc_server(&parts, peers, grpc_tls, tokens.clone(), grpc_listener, shutdown.clone()).await?;
     let app = http::router(parts.jobs.clone(), parts.metrics.clone(), parts.snapshots.clone(), parts.searches.clone())
         .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
     let (header_timeout, http_shutdown) = (config.limits.http_header_timeout, shutdown.clone());
@@ -82,6 +101,9 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
         None => Box::pin(http::serve::serve(http_listener, app, header_timeout, http_shutdown)),
         Some(tls) => Box::pin(http::serve::serve(tls::TlsListener::new(http_listener, tls)?, app, header_timeout, http_shutdown)),
     };
+    if let Some(path) = &config.ready_file {
+        bound.write_ready_file(path)?;
+    }
     let jobs = parts.jobs;
     let server = async move {
         let (g, h) = tokio::join!(grpc, http);
@@ -152,6 +174,7 @@ fn live_config(config: &Config) -> coroner_analysis::live::LiveConfig {
 /// heartbeats about a job another instance owns go to the owner), health and reflection.
 async fn grpc_server(
     parts: &Parts,
+    peers: proxy::Peers,
     tls: Option<tonic::transport::ServerTlsConfig>,
     tokens: Arc<auth::Tokens>,
     listener: tokio::net::TcpListener,
@@ -161,7 +184,6 @@ async fn grpc_server(
     let query = query::QueryService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.searches.clone());
     let liveness = liveness::LivenessService::new(parts.jobs.clone());
     let otlp = otlp::OtlpLogs::new(parts.jobs.clone());
-    let peers = proxy::Peers::default();
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
     health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;
@@ -219,5 +241,30 @@ fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
         _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bound;
+
+    #[test]
+    fn the_ready_file_reads_back_what_was_bound_and_is_none_until_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ready.json");
+        assert_eq!(Bound::read_ready_file(&path).expect("no file yet is no error"), None);
+        let bound = Bound { grpc: "127.0.0.1:40123".parse().expect("address"), http: "[::1]:40124".parse().expect("address") };
+        bound.write_ready_file(&path).expect("write");
+        assert_eq!(Bound::read_ready_file(&path).expect("read"), Some(bound));
+        assert!(!dir.path().join("ready.json.tmp").exists(), "the temporary file was renamed into place");
+    }
+
+    #[test]
+    fn a_ready_file_that_is_not_coronerds_names_itself() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ready.json");
+        std::fs::write(&path, "grpc=1").expect("write");
+        let err = format!("{:#}", Bound::read_ready_file(&path).expect_err("not JSON"));
+        assert!(err.contains("ready.json"), "{err}");
     }
 }

@@ -29,15 +29,21 @@ const MAX_REQUEST: usize = 4 << 20;
 #[derive(Clone, Default)]
 pub struct Peers {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// Whom `https://` peers may chain to (`--tls-ca`). No token: a forwarded request carries its caller's.
+    auth: coroner_proto::auth::ClientAuth,
 }
 
 impl Peers {
+    pub fn new(auth: coroner_proto::auth::ClientAuth) -> Peers {
+        Peers { channels: Arc::default(), auth }
+    }
+
     fn channel(&self, address: &str) -> Result<Channel, String> {
         let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = map.get(address) {
             return Ok(c.clone());
         }
-        let endpoint = coroner_proto::auth::endpoint(address).map_err(|e| format!("owner address: {e}"))?;
+        let endpoint = self.auth.endpoint(address).map_err(|e| format!("owner address: {e}"))?;
         let channel = endpoint.connect_timeout(std::time::Duration::from_secs(2)).connect_lazy();
         map.insert(address.to_string(), channel.clone());
         Ok(channel)

@@ -1,7 +1,7 @@
 //! The real agent around a real child: a full spool with no server, two agents claiming one rank,
 //! and lines no terminal would like (10 MB, invalid UTF-8, NUL bytes).
 
-use crate::served::{free_port, runtime, Served};
+use crate::served::{runtime, Endpoints, Served};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use coroner_tests::binary;
 use std::path::Path;
@@ -47,7 +47,7 @@ async fn hits(q: &mut QueryClient<tonic::transport::Channel>, job: &str, query: 
 }
 
 /// The report's notes, once one of them contains `wanted` (or the last ones seen after 20 s).
-fn notes_with(server: &Served, job: &str, wanted: &str) -> Vec<String> {
+fn notes_with(server: &Endpoints, job: &str, wanted: &str) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = server.coroner(&["report", job, "--json"]);
@@ -84,10 +84,13 @@ open(sys.argv[2], "w").write(str(time.monotonic() - t))
 #[test]
 fn a_full_spool_drops_routine_lines_first_never_blocks_the_job_and_the_count_reaches_the_report() {
     const N: u64 = 200_000;
-    let grpc = free_port();
+    // A server that bound its own address and is gone: the agent's address answers nobody
+    // until the server is started again in place.
+    let mut server = Served::start();
+    server.kill();
+    let server_url = server.grpc_url.clone();
     let spool = tempfile::tempdir().expect("tempdir");
     let timing = spool.path().join("child-seconds");
-    let server_url = format!("http://127.0.0.1:{grpc}");
     let mut cmd = agent(&server_url, "spool-full", spool.path(), &["--spool-max-bytes", "4096", "--flush-timeout", "90"], BURST, &[&N.to_string()]);
     cmd.arg(&timing).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start the agent");
@@ -104,7 +107,7 @@ fn a_full_spool_drops_routine_lines_first_never_blocks_the_job_and_the_count_rea
     let seconds: f64 = std::fs::read_to_string(&timing).expect("timing").trim().parse().expect("seconds");
     assert!(seconds < 10.0, "the child took {seconds} s to write its lines");
 
-    let server = Served::start_on(grpc, &[]);
+    server.restart();
     let status = wait(child, Duration::from_secs(120));
     assert!(status.success(), "the agent exits with the child's status: {status:?}");
     let stderr = stderr.join().expect("stderr reader");

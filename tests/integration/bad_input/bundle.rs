@@ -2,7 +2,7 @@
 //! skipped.
 
 use super::output_within;
-use crate::served::{runtime, Served};
+use crate::served::{runtime, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use coroner_tests::{binary, data_dir};
 use std::path::Path;
@@ -83,7 +83,7 @@ fn importing_a_junk_bundle_sends_only_what_is_inside_and_valid() {
     let (root, outside) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
     let bundle = junk_bundle(root.path(), outside.path());
     std::fs::write(bundle.join("snapshots/rank1.bad\nname.txt"), b"a name with a newline\n").expect("write");
-    let server = Served::start();
+    let server = TestServer::start();
     let mut cmd = Command::new(binary("coroner"));
     cmd.args(["--server", &server.grpc_url, "import"]).arg(&bundle).args(["--job", "junk-import"]);
     let out = output_within(cmd, Duration::from_secs(60));

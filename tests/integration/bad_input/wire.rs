@@ -1,7 +1,7 @@
 //! Bad input on coronerd's gRPC port: bytes that are no protobuf, ranks beyond the world size,
 //! 10 MB lines (Ingest and OTLP), snapshot names that climb out of a folder.
 
-use crate::served::{runtime, Served};
+use crate::served::{runtime, TestServer};
 use bytes::{Buf, BufMut, Bytes};
 use coroner_proto::v1::{self, ingest_client::IngestClient, query_client::QueryClient};
 use opentelemetry_proto::tonic::collector::logs::v1::{logs_service_client::LogsServiceClient, ExportLogsServiceRequest};
@@ -87,7 +87,7 @@ async fn report_notes(q: &mut QueryClient<Channel>, job: &str) -> Vec<String> {
 /// a status that says the bytes could not be decoded, and the server goes on serving agents.
 #[test]
 fn garbage_bytes_on_open_session_and_ship_logs_get_a_clear_status_and_the_server_keeps_serving() {
-    let server = Served::start();
+    let server = TestServer::start();
     runtime().block_on(async {
         let channel = Channel::from_shared(server.grpc_url.clone()).expect("url").connect().await.expect("connect");
         let mut grpc = tonic::client::Grpc::new(channel.clone());
@@ -126,7 +126,7 @@ fn garbage_bytes_on_open_session_and_ship_logs_get_a_clear_status_and_the_server
 /// costs only itself: the batch's other lines are kept, and the report says what happened.
 #[test]
 fn ranks_beyond_the_world_size_are_refused_or_kept_with_a_warning() {
-    let server = Served::start();
+    let server = TestServer::start();
     runtime().block_on(async {
         let mut client = IngestClient::connect(server.grpc_url.clone()).await.expect("connect");
         let err = open(&mut client, "ranks", Some(4), Some(4), "node-a").await.expect_err("rank 4 of 4");
@@ -176,7 +176,7 @@ fn resource_logs(job: &str, body: Vec<u8>) -> ResourceLogs {
 /// or as an OTLP log body is kept up to 1 MiB, with the marker saying how much was cut.
 #[test]
 fn a_ten_megabyte_line_over_grpc_or_otlp_is_cut_at_the_stated_limit_with_a_marker() {
-    let server = Served::start();
+    let server = TestServer::start();
     let mut big = b"wirebig ".to_vec();
     big.extend(std::iter::repeat_n(b'y', 10 << 20));
     let cut = big.len() - coroner_model::MAX_LINE_BYTES;
@@ -222,7 +222,7 @@ async fn upload(client: &mut IngestClient<Channel>, session: &str, h: &v1::Snaps
 /// on an upload and on `SnapshotStatus` for content the server already holds; none is listed.
 #[test]
 fn snapshot_names_with_path_traversal_are_refused() {
-    let server = Served::start();
+    let server = TestServer::start();
     runtime().block_on(async {
         let mut client = IngestClient::connect(server.grpc_url.clone()).await.expect("connect");
         let session = open(&mut client, "snap-names", Some(0), Some(1), "node-a").await.expect("session");

@@ -4,13 +4,13 @@
 //! else must send the bytes, and the size recorded is the stored size.
 
 use super::{ingest, session};
-use crate::served::{runtime, Served};
+use crate::served::{runtime, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use sha2::{Digest, Sha256};
 
 #[test]
 fn another_agent_cannot_file_stored_content_without_its_bytes() {
-    let server = Served::start();
+    let server = TestServer::start();
     runtime().block_on(async {
         let mut client = ingest(&server.grpc_url).await;
         let content = b"Thread 0x7f (most recent call first):\n  File \"train.py\", line 3 in step\n".to_vec();

@@ -4,13 +4,13 @@
 //! a stream holds at most its share, and the budget is reserved before a batch is decoded.
 
 use super::{ingest, line, session, threads_and_rss};
-use crate::served::{runtime, Served};
+use crate::served::{runtime, Served, TestServer};
 use coroner_proto::v1;
 use std::time::{Duration, Instant};
 
 #[test]
 fn a_stalled_reader_does_not_delay_another_jobs_acknowledgements() {
-    let server = Served::start_with(&["--ingest-buffer-mb", "32"]);
+    let server = TestServer::start_with(|c| c.ingest_buffer_mb = 32);
     runtime().block_on(async {
         let mut stalled = ingest(&server.grpc_url).await;
         let s = session(&mut stalled, "rt-stalled", 0, 1, "node-a", "a").await;

@@ -5,7 +5,7 @@
 //! offset 0 never wipes someone's bytes.
 
 use super::{ingest, session};
-use crate::served::{runtime, Served};
+use crate::served::{runtime, TestServer};
 use coroner_proto::v1;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,10 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 
 #[test]
 fn partial_uploads_stop_at_the_quota_and_expire() {
-    let server = Served::start_with(&["--max-partial-mb", "8", "--partial-ttl", "3s"]);
+    let server = TestServer::start_with(|c| {
+        c.limits.max_partial_mb = 8;
+        c.limits.partial_ttl = Duration::from_secs(3);
+    });
     let partial = server.data_path().join("snapshots").join("partial");
     runtime().block_on(async {
         let mut client = ingest(&server.grpc_url).await;

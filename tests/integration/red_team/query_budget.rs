@@ -3,7 +3,7 @@
 //! SIGTERM then never finished.
 
 use super::{ingest, line, session, ship};
-use crate::served::{runtime, Served};
+use crate::served::{runtime, Served, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ fn search(job: &str, query: &str) -> v1::SearchRequest {
 
 #[test]
 fn the_nested_parenthesis_query_is_refused_at_once_on_grpc_and_http() {
-    let server = Served::start();
+    let server = TestServer::start();
     let attack = format!("{} foo {}", "(".repeat(100), ")".repeat(100));
     assert_eq!(attack.len(), 205, "the red team's 205 bytes");
     runtime().block_on(async {
@@ -48,7 +48,7 @@ fn the_nested_parenthesis_query_is_refused_at_once_on_grpc_and_http() {
 /// once, and the expensive ones end at --max-query-time instead of running on.
 #[test]
 fn ten_expensive_searches_leave_another_jobs_search_fast_and_stop_at_their_deadline() {
-    let server = Served::start_with(&["--max-query-time", "3"]);
+    let server = TestServer::start_with(|c| c.limits.max_query_time = Duration::from_secs(3));
     let heavy: Vec<String> = (0..12).map(|i| format!("\"loss step {i}\" OR \"step loss rank {i}\"")).collect();
     let expensive = heavy.join(" OR ");
     runtime().block_on(async {

@@ -4,14 +4,14 @@
 //! `auth.rs`'s unit test; a new upload at offset 0: `partial_uploads.rs`.)
 
 use super::{http, ingest, line, metric, session, ship};
-use crate::served::{runtime, Served};
+use crate::served::{runtime, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 #[test]
 fn seq_u64_max_does_not_wrap_the_dedup_and_dropped_lines_do_not_wrap_the_counter() {
-    let server = Served::start();
+    let server = TestServer::start();
     runtime().block_on(async {
         let mut client = ingest(&server.grpc_url).await;
         let s = session(&mut client, "rt-seq", 0, 1, "node-a", "a").await;
@@ -35,7 +35,7 @@ fn seq_u64_max_does_not_wrap_the_dedup_and_dropped_lines_do_not_wrap_the_counter
 
 #[test]
 fn a_slow_header_is_cut_off_and_pages_carry_the_security_headers() {
-    let server = Served::start_with(&["--http-header-timeout", "1"]);
+    let server = TestServer::start_with(|c| c.limits.http_header_timeout = Duration::from_secs(1));
     let mut slow = std::net::TcpStream::connect(("127.0.0.1", server.http_port)).expect("connect");
     slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").expect("half a request");
     slow.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");

@@ -4,7 +4,7 @@
 //! server refuses host names and snapshot kinds with control characters at the door.
 
 use super::{ingest, line, session, ship};
-use crate::served::{runtime, Served};
+use crate::served::{runtime, TestServer};
 use coroner_proto::v1;
 use coroner_tests::binary;
 use std::process::{Command, Stdio};
@@ -23,7 +23,7 @@ fn raw_controls(bytes: &[u8]) -> bool {
 
 #[test]
 fn no_cli_output_holds_a_raw_escape() {
-    let server = Served::start();
+    let server = TestServer::start();
     let evil = format!("RuntimeError: CUDA error: an illegal memory access {TITLE}{CLEAR}{LINK}{BIDI}{C1}");
     runtime().block_on(async {
         let mut client = ingest(&server.grpc_url).await;

@@ -1,9 +1,12 @@
-//! The server under load: the real `coronerd` binary as a child process on fixed loopback ports
-//! and a data dir that outlive it, so it can be killed with SIGKILL and started again in place.
+//! The server under load: the real `coronerd` binary as a child process with a data dir that
+//! outlives it, so it can be killed with SIGKILL and started again in place. The first start
+//! binds port 0 and reports what it bound (`--ready-file`); every later start binds those same
+//! addresses, which the agents were given: the port was this server's own, and a restart waits
+//! (up to 60 s) while the kernel has not released it yet. No port is picked here and released.
 //! A sampler thread reads the running process's resident memory every 50 ms.
 
 use anyhow::{bail, Context, Result};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -81,12 +84,6 @@ pub fn coronerd_binary() -> Option<PathBuf> {
     exe.ancestors().skip(1).take(2).map(|d| d.join("coronerd")).find(|p| p.is_file())
 }
 
-/// A loopback port nobody listens on now.
-fn free_port() -> Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").context("find a free loopback port")?;
-    Ok(l.local_addr()?)
-}
-
 impl ServerProcess {
     pub fn new(bin: PathBuf, data_dir: &Path, database_url: Option<String>, extra_args: Vec<String>) -> Result<ServerProcess> {
         let memory = Arc::new(MemorySampler::default());
@@ -97,8 +94,9 @@ impl ServerProcess {
             data_dir: data_dir.to_path_buf(),
             database_url,
             extra_args,
-            grpc: free_port()?,
-            http: free_port()?,
+            // Any free port, until the first start says which it bound.
+            grpc: SocketAddr::from(([127, 0, 0, 1], 0)),
+            http: SocketAddr::from(([127, 0, 0, 1], 0)),
             child: None,
             starts: 0,
             memory,
@@ -117,6 +115,8 @@ impl ServerProcess {
     pub async fn start(&mut self) -> Result<Duration> {
         let started = Instant::now();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.data_dir.join("coronerd.log")).context("open the server's log file")?;
+        let ready = self.data_dir.join("coronerd.ready");
+        let _ = std::fs::remove_file(&ready);
         let mut cmd = Command::new(&self.bin);
         cmd.arg("--data-dir")
             .arg(self.data_dir.join("data"))
@@ -124,6 +124,8 @@ impl ServerProcess {
             .arg(self.grpc.to_string())
             .arg("--http-addr")
             .arg(self.http.to_string())
+            .arg("--ready-file")
+            .arg(&ready)
             .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -144,10 +146,14 @@ impl ServerProcess {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     break;
                 }
-                if self.answers().await {
-                    self.child = Some(child);
-                    self.starts += 1;
-                    return Ok(started.elapsed());
+                // The first start learns its addresses here; later ones bind the same.
+                if let Some(bound) = coronerd::Bound::read_ready_file(&ready)? {
+                    (self.grpc, self.http) = (bound.grpc, bound.http);
+                    if self.answers().await {
+                        self.child = Some(child);
+                        self.starts += 1;
+                        return Ok(started.elapsed());
+                    }
                 }
                 if Instant::now() > deadline {
                     let _ = child.kill();
@@ -159,7 +165,7 @@ impl ServerProcess {
     }
 
     async fn answers(&self) -> bool {
-        let Ok(endpoint) = coroner_proto::auth::endpoint(&self.url()) else { return false };
+        let Ok(endpoint) = coroner_proto::auth::ClientAuth::default().endpoint(&self.url()) else { return false };
         let Ok(Ok(channel)) = tokio::time::timeout(Duration::from_secs(1), endpoint.connect()).await else { return false };
         let mut q = coroner_proto::v1::query_client::QueryClient::new(channel);
         matches!(tokio::time::timeout(Duration::from_secs(2), q.list_jobs(coroner_proto::v1::ListJobsRequest::default())).await, Ok(Ok(_)))

@@ -28,9 +28,11 @@ pub struct Held {
 type Client = QueryClient<coroner_proto::auth::Channel>;
 
 async fn client(url: &str) -> Result<Client> {
-    let endpoint = coroner_proto::auth::endpoint(url).map_err(|e| anyhow!(e))?;
+    // The bench's own coronerd runs without tokens or TLS.
+    let auth = coroner_proto::auth::ClientAuth::default();
+    let endpoint = auth.endpoint(url).map_err(|e| anyhow!(e))?;
     let channel = endpoint.connect().await.context("connect for the check")?;
-    Ok(QueryClient::new(coroner_proto::auth::channel(channel)).max_decoding_message_size(256 << 20))
+    Ok(QueryClient::new(auth.channel(channel)).max_decoding_message_size(256 << 20))
 }
 
 /// Reads back `ranks` ranks of `lines` lines each.
