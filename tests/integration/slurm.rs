@@ -53,7 +53,9 @@ fn report_when(server: &Server, job: &str, what: &str, done: impl Fn(&serde_json
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = server.coroner(&["report", job, "--json"]);
-        if out.status.success() {
+        // The report exits with its verdict's code (1 for a failed job); 2: no answer yet.
+        if out.status.code() != Some(2) {
+            coroner_tests::assert_answered(&out);
             let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
             if done(&r) {
                 return r;
