@@ -19,24 +19,6 @@ fn lines_in_flight(note: &str) -> Option<u64> {
     before.rsplit('(').next()?.parse().ok()
 }
 
-/// Polls until `check` holds on the job's report.
-fn report_until(server: &Server, job: &str, what: &str, check: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = server.coroner(&["report", job, "--json"]);
-        if out.status.code() != Some(2) {
-            coroner_tests::assert_answered(&out);
-            let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
-            if check(&r) {
-                return r;
-            }
-            assert!(Instant::now() < deadline, "{what}: {r:#}");
-        }
-        assert!(Instant::now() < deadline, "{what}: {}", String::from_utf8_lossy(&out.stderr));
-        std::thread::sleep(Duration::from_millis(150));
-    }
-}
-
 #[test]
 fn a_job_with_no_identity_runs_and_is_shipped_under_a_job_the_report_explains() {
     let server = Server::start();
@@ -58,7 +40,7 @@ fn a_job_with_no_identity_runs_and_is_shipped_under_a_job_the_report_explains() 
         .map(str::trim)
         .unwrap_or_else(|| panic!("the agent says which job it made up: {err}"))
         .to_string();
-    let r = report_until(&server, &job, "the made-up job's report", |r| r["ranks"].as_array().is_some_and(|a| !a.is_empty()));
+    let r = server.report_until(&job, "the made-up job's report", |r| r["ranks"].as_array().is_some_and(|a| !a.is_empty()));
     assert!(notes(&r).iter().any(|n| n.contains("no job id")), "the report says why the job has this id: {:?}", notes(&r));
     let jobs = server.coroner(&["jobs"]);
     assert!(String::from_utf8_lossy(&jobs.stdout).contains(&job), "coroner jobs lists {job}");
@@ -89,9 +71,8 @@ fn with_its_supervisor_killed_mid_job_every_line_still_arrives() {
     let _ = agent.wait();
     let printed = reader.join().expect("reader");
     assert!(printed.ends_with("finished\n"), "the job ran to its end: {printed}");
-    let r = report_until(&server, "fail-safe-kill", "all 51 lines indexed and the note", |r| {
-        notes(r).iter().any(|n| n.contains("how the process ended is not known"))
-    });
+    let r = server
+        .report_until("fail-safe-kill", "all 51 lines indexed and the note", |r| notes(r).iter().any(|n| n.contains("how the process ended is not known")));
     // Lines the supervisor had read but not handed on when it was killed (a starved machine
     // widens that instant) were printed, not shipped: the agent counts them and says so.
     let in_flight = notes(&r).iter().find_map(|n| lines_in_flight(n)).unwrap_or(0);

@@ -4,8 +4,6 @@
 
 use crate::served::{runtime, TestServer};
 use coroner_tests::{binary, data_dir};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -43,16 +41,8 @@ impl Guarded {
 
     /// A plain HTTP/1.0 GET with extra header lines: (status, head, body).
     fn get(&self, path: &str, headers: &[&str]) -> (u16, String, String) {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.server.http_port)) else { return (0, String::new(), String::new()) };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
         let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
-        let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{extra}\r\n");
-        let mut raw = Vec::new();
-        let _ = s.read_to_end(&mut raw);
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        (status, head.to_string(), body.to_string())
+        crate::red_team::http(self.server.http_port, &format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{extra}\r\n"))
     }
 }
 

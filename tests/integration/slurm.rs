@@ -10,7 +10,6 @@ use crate::served::Served as Server;
 use coroner_tests::{binary, data_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 fn repo() -> PathBuf {
     data_dir().join("../..")
@@ -47,25 +46,6 @@ fn slurm_env(job: &str, procid: u32, ntasks: u32, node: &str, restart: u32) -> V
         ("SLURMD_NODENAME", node.to_string()),
         ("SLURM_RESTART_COUNT", restart.to_string()),
     ]
-}
-
-fn report_when(server: &Server, job: &str, what: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = server.coroner(&["report", job, "--json"]);
-        // The report exits with its verdict's code (1 for a failed job); 2: no answer yet.
-        if out.status.code() != Some(2) {
-            coroner_tests::assert_answered(&out);
-            let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
-            if done(&r) {
-                return r;
-            }
-            assert!(Instant::now() < deadline, "{what}: {r:#}");
-        } else {
-            assert!(Instant::now() < deadline, "{what}: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(150));
-    }
 }
 
 fn notes(report: &serde_json::Value) -> Vec<String> {
@@ -105,7 +85,7 @@ fn srun_tasks_under_the_agent_report_the_slurm_job_the_failing_rank_and_its_node
         assert!(!err.contains("no job id"), "the agent found the job in SLURM_*: {err}");
     }
 
-    let r = report_when(&server, "4242_0", "the job's report settles", |r| r["verdict"] != "running" && r["ranks"].as_array().is_some_and(|a| a.len() == 2));
+    let r = server.report_until("4242_0", "the job's report settles", |r| r["verdict"] != "running" && r["ranks"].as_array().is_some_and(|a| a.len() == 2));
     assert_eq!(r["verdict"], "failed", "{r:#}");
     assert_eq!(r["first_failure"]["rank"], 1, "the task that raised (SLURM_PROCID 1): {r:#}");
     assert_eq!(r["first_failure"]["host"], "node-b", "the node is SLURMD_NODENAME: {r:#}");
@@ -161,7 +141,7 @@ fn the_epilog_ships_what_a_task_left_in_its_spool_and_never_fails_the_node() {
     let shipped = epilog(&server.grpc_url);
     assert_eq!(shipped.status.code(), Some(0), "{}", String::from_utf8_lossy(&shipped.stderr));
     assert_eq!(spools(spool.path()), 0, "a delivered spool is removed");
-    let r = report_when(&server, "4343_0", "the spooled task reaches coronerd", |r| {
+    let r = server.report_until("4343_0", "the spooled task reaches coronerd", |r| {
         r["ranks"].as_array().is_some_and(|a| a.iter().any(|x| x["rank"] == 0 && x["lines"].as_u64() == Some(2) && x["ended"] == "exited 3"))
     });
     assert_eq!(r["ranks"][0]["host"], "node-c", "{r:#}");

@@ -73,6 +73,26 @@ impl Endpoints {
         }
     }
 
+    /// Polls the job's report until `check` holds on it (at most 20 s; `what` names the wait in
+    /// the failure). Exit status 2 is "no answer yet" (the job is not known yet); any other must
+    /// be the code its verdict owes.
+    pub fn report_until(&self, job: &str, what: &str, check: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = self.coroner(&["report", job, "--json"]);
+            if out.status.code() != Some(2) {
+                coroner_tests::assert_answered(&out);
+                let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+                if check(&r) {
+                    return r;
+                }
+                assert!(Instant::now() < deadline, "{what}: {r:#}");
+            }
+            assert!(Instant::now() < deadline, "{what}: {}", String::from_utf8_lossy(&out.stderr));
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+
     /// A plain HTTP/1.0 GET: (status, body).
     pub fn get(&self, path: &str) -> (u16, String) {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.http_port)) else { return (0, String::new()) };
