@@ -2,38 +2,16 @@
 
 use crate::classified::ClassifiedJob;
 use crate::clock::ClockModel;
+use crate::diagnosis::{Diagnosis, FirstFinding};
 use crate::evidence::JobEvidence;
 use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
 use crate::{cancel, hang, hardware, majority, mismatch, partial, stall};
-use coroner_model::{Event, FaultClass, Nanos, Rank, Verdict};
+use coroner_model::{FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
 const STRONG: f64 = 0.5;
-
-#[derive(Debug, Clone)]
-pub struct Diagnosis<'a> {
-    pub verdict: Verdict,
-    pub first: Option<FirstFinding<'a>>,
-    /// Other ranks' own root findings (a second, independent failure).
-    pub other_roots: Vec<Finding<'a>>,
-}
-
-#[derive(Debug, Clone)]
-pub struct FirstFinding<'a> {
-    pub rank: Option<Rank>,
-    pub candidates: Vec<Rank>,
-    pub class: FaultClass,
-    pub confidence: f64,
-    pub aligned_ns: Option<Nanos>,
-    pub summary: String,
-    pub rule_id: Option<String>,
-    pub advice: Option<String>,
-    pub events: Vec<&'a Event>,
-    /// What the report should say about how the order was decided.
-    pub ordering_note: Option<String>,
-}
 
 pub fn diagnose<'a>(
     evidence: &'a JobEvidence,

@@ -1,7 +1,7 @@
 //! What the analysis reads: a job's typed events, process ends, clock samples and snapshot facts.
 //! Built by the pipeline (offline from files, online from agents); the analysis never sees lines.
 
-use crate::steps::StepLog;
+use crate::steps::{StepLog, StepMark};
 use coroner_model::{ClockSample, Event, EventKind, FrDump, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
 use std::collections::BTreeMap;
 
@@ -59,14 +59,6 @@ pub struct RankEvidence {
     pub lines: u64,
     pub first_capture_ns: Option<Nanos>,
     pub last_capture_ns: Option<Nanos>,
-}
-
-/// One progress line: which step, and when (what [`StepLog::push`] takes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StepMark {
-    pub step: u64,
-    pub capture_ns: Nanos,
-    pub printed_ns: Option<Nanos>,
 }
 
 impl RankEvidence {

@@ -12,6 +12,7 @@ pub mod causality;
 mod classified;
 pub mod clock;
 mod diagnose;
+mod diagnosis;
 pub mod evidence;
 mod findings;
 pub mod flight;
@@ -34,9 +35,9 @@ mod stall;
 pub mod steps;
 pub mod text;
 
-pub use evidence::{FrRow, JobEvidence, RankEvidence, StepMark};
+pub use evidence::{FrRow, JobEvidence, RankEvidence};
 pub use rules::{RuleSet, RulesError};
-pub use steps::{StepLog, StepTime, MAX_STEPS_PER_RANK};
+pub use steps::{StepLog, StepMark, StepTime, MAX_STEPS_PER_RANK};
 
 use coroner_model::Report;
 

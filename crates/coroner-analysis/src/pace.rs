@@ -127,7 +127,7 @@ fn human(ns: Nanos) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::StepMark;
+    use crate::steps::StepMark;
     use coroner_model::Rank;
 
     fn job(intervals_ms: &[i64]) -> JobEvidence {

@@ -3,7 +3,7 @@
 use crate::cascade;
 use crate::classified::ClassifiedJob;
 use crate::clock::{ClockModel, UNKNOWN_UNCERTAINTY_NS};
-use crate::diagnose::{Diagnosis, FirstFinding};
+use crate::diagnosis::{Diagnosis, FirstFinding};
 use crate::evidence::JobEvidence;
 use crate::gpu_memory;
 use crate::pace;

@@ -12,11 +12,18 @@
 //! progress keep the same steps and still have steps in common to compare. Below the cap (every
 //! job of the test corpus) nothing is dropped and the analysis reads exactly what it read before.
 
-use crate::evidence::StepMark;
 use coroner_model::Nanos;
 
 /// Distinct steps kept per rank: 1,024 entries of 24 bytes, 24 KiB per rank at most.
 pub const MAX_STEPS_PER_RANK: usize = 1024;
+
+/// One progress line: which step, and when (what [`StepLog::push`] takes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepMark {
+    pub step: u64,
+    pub capture_ns: Nanos,
+    pub printed_ns: Option<Nanos>,
+}
 
 /// The first time one step was seen on one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! `Sending process N closing signal SIGTERM`, the `ChildFailedError` failure table) and Slurm
 //! (`srun: error: node12: task 3: Killed`, `slurmstepd: error: *** JOB 1234 ... CANCELLED ...`).
 
-use crate::parser::{Ctx, Origin, Step};
+use crate::block::{Ctx, Origin, Step};
 use crate::time::printed_time;
 use crate::util::{inum_after, leading_i64, leading_u64, num_after};
 use coroner_model::{Event, EventKind, LauncherFailure, Nanos, Rank};

@@ -13,6 +13,7 @@
 //! rank its prefix names (the agent and the pipeline), and [`severity()`] says whether a line is an
 //! error or a warning (the agent's queue keeps those first; the index stores it).
 
+mod block;
 pub mod c10d;
 pub mod coordination;
 pub mod failures;
@@ -27,6 +28,7 @@ mod notebook;
 pub mod numerics;
 mod parser;
 pub mod prefix;
+pub mod pylog;
 mod python;
 pub mod selfrank;
 pub mod severity;

@@ -15,12 +15,12 @@
 //! same digit-masked template as one emitted within the last 10,000 lines is dropped (thousands
 //! of CUDA kernel assert lines make one event).
 
+use crate::block::{Ctx, Step};
 use crate::launcher::{self, FailureTable};
 use crate::python::{CppFrames, FaultDump, PyWarning, Terminate, Traceback};
-use crate::time::printed_time;
 use crate::util::{clip, template_hash};
-use crate::{c10d, failures, glog, nccl, prefix, steps};
-use coroner_model::{Event, EventKind, LineRef, LogLine, Nanos, Rank};
+use crate::{c10d, failures, glog, nccl, prefix, pylog, steps};
+use coroner_model::{Event, EventKind, LineRef, LogLine, Rank};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -38,47 +38,6 @@ const ERROR_REPEATS: u32 = 3;
 pub struct ParseDiagnostic {
     pub seq: u64,
     pub message: String,
-}
-
-/// Where an event comes from: the first line of its block.
-#[derive(Debug, Clone)]
-pub(crate) struct Origin {
-    pub rank: Option<Rank>,
-    pub line: LineRef,
-    pub capture_ns: Nanos,
-    pub printed_ns: Option<Nanos>,
-}
-
-impl Origin {
-    pub(crate) fn event(&self, kind: EventKind, text: String) -> Event {
-        Event { rank: self.rank, line: self.line, capture_ns: self.capture_ns, printed_ns: self.printed_ns, kind, text }
-    }
-}
-
-/// One line, prefix stripped.
-pub(crate) struct Ctx<'a> {
-    pub rank: Option<Rank>,
-    pub line: LineRef,
-    pub capture_ns: Nanos,
-    pub text: &'a str,
-    pub prefixed: bool,
-}
-
-impl Ctx<'_> {
-    pub(crate) fn origin(&self) -> Origin {
-        Origin { rank: self.rank, line: self.line, capture_ns: self.capture_ns, printed_ns: printed_time(self.text, self.capture_ns) }
-    }
-}
-
-/// What a block did with a line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// The line belongs to the block, which stays open.
-    Consumed,
-    /// The line belongs to the block, which is complete.
-    EndConsumed,
-    /// The line does not belong; the block is complete and the line is read on its own.
-    EndNotConsumed,
 }
 
 #[derive(Debug, Clone)]
@@ -295,10 +254,10 @@ impl RankParser {
             self.blocks.push((channel, b));
         } else if let Some(g) = glog::parse(t) {
             glog_line(&g, &mut ks);
-        } else if let Some((level, msg)) = failures::pylog(t) {
+        } else if let Some((level, msg)) = pylog::pylog(t) {
             if !launcher::classify_body(msg, &mut ks) {
                 match level {
-                    failures::Level::Error => {
+                    pylog::Level::Error => {
                         ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
                         c10d::specific(msg, &mut ks);
                     }
@@ -308,8 +267,8 @@ impl RankParser {
                         ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
                         c10d::specific(msg, &mut ks);
                     }
-                    failures::Level::Warning => {}
-                    failures::Level::Info | failures::Level::Debug => {
+                    pylog::Level::Warning => {}
+                    pylog::Level::Info | pylog::Level::Debug => {
                         if let Some(step) = steps::step(msg) {
                             ks.push(EventKind::Step { step });
                         }

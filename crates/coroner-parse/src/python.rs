@@ -8,9 +8,9 @@
 //! it is marked and has Python frames, else those of the last thread listed that has any (the
 //! main thread comes last in CPython's listing).
 
+use crate::block::{Ctx, Origin, Step};
 use crate::c10d;
 use crate::glog;
-use crate::parser::{Ctx, Origin, Step};
 use crate::util::{clip, parse_frame};
 use coroner_model::{Event, EventKind, Frame};
 
@@ -155,7 +155,7 @@ impl Traceback {
         if self.prefixed {
             // A logging record (a launcher's `ERROR:torch.distributed.elastic...: failed`) is
             // never part of an exception's message.
-            return glog::parse(t).is_none() && !starts_with_date(t) && crate::failures::pylog(t).is_none();
+            return glog::parse(t).is_none() && !starts_with_date(t) && crate::pylog::pylog(t).is_none();
         }
         let b0 = t.as_bytes()[0];
         b0 == b' ' || b0 == b'\t' || self.last_was_last_error || CONT_STARTS.iter().any(|p| t.starts_with(p))

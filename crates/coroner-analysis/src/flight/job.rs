@@ -7,7 +7,7 @@ use super::lanes::{precedent, Group, Precedent, Unit};
 use super::{analyze, Clocks, Fate, FlightInput, CONFIDENT};
 use crate::classified::ClassifiedJob;
 use crate::clock::ClockModel;
-use crate::diagnose::{Diagnosis, FirstFinding};
+use crate::diagnosis::{Diagnosis, FirstFinding};
 use crate::evidence::JobEvidence;
 use crate::rules::RuleSet;
 use coroner_model::{FaultClass, FlightRecorderReport, FrRule, FrVerdict, PgId, Rank, Role, Verdict};
