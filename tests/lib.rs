@@ -128,3 +128,25 @@ pub fn assert_answered(out: &std::process::Output) {
     };
     assert_eq!(code, owed, "exit status for verdict {}: {stderr}", report["verdict"]);
 }
+
+/// Polls `check` until it answers `Ok`, and returns that; after `within` (a generous deadline
+/// for a condition, never a timing assertion), fails the test with `what` and the last answer.
+pub fn eventually<T>(within: std::time::Duration, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match check() {
+            Ok(found) => return found,
+            Err(last) => assert!(std::time::Instant::now() < deadline, "{what}: {last}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Whether a CLI run succeeded and printed `marker`; if not, what it said instead (for
+/// [`eventually`]).
+pub fn printed(out: &std::process::Output, marker: &str) -> Result<(), String> {
+    if out.status.success() && String::from_utf8_lossy(&out.stdout).contains(marker) {
+        return Ok(());
+    }
+    Err(format!("{marker:?} not printed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)))
+}

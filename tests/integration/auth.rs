@@ -3,9 +3,9 @@
 //! read, and refuses to bind beyond loopback without tokens.
 
 use crate::served::{runtime, TestServer};
-use coroner_tests::{binary, data_dir};
+use coroner_tests::{binary, data_dir, eventually, printed};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const WRITE: &str = "w-0123456789abcdef";
 const READ: &str = "r-fedcba9876543210";
@@ -103,15 +103,9 @@ fn an_agent_with_the_write_token_ships() {
         .status()
         .expect("run coroner-agent");
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = g.coroner(Some(READ), &["search", "auth-agent", "token-line-marker"]);
-        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("token-line-marker") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the agent's line never arrived: {}", stderr(&out));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eventually(Duration::from_secs(20), "the agent's line never arrived", || {
+        printed(&g.coroner(Some(READ), &["search", "auth-agent", "token-line-marker"]), "token-line-marker")
+    });
 }
 
 #[test]
@@ -132,15 +126,9 @@ fn the_child_never_sees_the_agents_token() {
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(printed.contains("env-printed") && printed.contains("CORONER_JOB=auth-env"), "{printed}");
     assert!(!printed.contains(WRITE), "the child saw the write token:\n{printed}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = g.coroner(Some(READ), &["search", "auth-env", "env-printed"]);
-        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("env-printed") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the agent's lines never arrived: {}", stderr(&out));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eventually(Duration::from_secs(20), "the agent's lines never arrived", || {
+        printed(&g.coroner(Some(READ), &["search", "auth-env", "env-printed"]), "env-printed")
+    });
     let found = g.coroner(Some(READ), &["search", "auth-env", &format!("\"{WRITE}\"")]);
     assert!(found.status.success(), "{}", stderr(&found));
     assert!(!String::from_utf8_lossy(&found.stdout).contains(WRITE), "a read user finds the write token in the logs");

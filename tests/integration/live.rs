@@ -9,7 +9,7 @@
 //!   asked for a stack dump, runs `py-spy dump` (a stand-in script here) and uploads it; and the
 //!   finding is withdrawn once the culprit prints again or the others end.
 
-use crate::served::Served;
+use crate::served::{Endpoints, TestServer};
 use coroner_analysis::live::{replay, Feed, LiveConfig};
 use coroner_model::{Nanos, Rank};
 use coroner_tests::{binary, data_dir, truth, Collected};
@@ -187,26 +187,15 @@ fn fake_py_spy(dir: &Path) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod py-spy");
 }
 
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::Read;
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    let mut raw = String::new();
-    let _ = s.read_to_string(&mut raw);
-    raw
-}
-
 /// Waits for a stack snapshot of `rank` in the job's report.
-fn stack_of(grpc: &str, job: &str, rank: u64) -> Option<String> {
+fn stack_of(server: &Endpoints, job: &str, rank: u64) -> Option<String> {
     let deadline = Instant::now() + Duration::from_secs(8);
     while Instant::now() < deadline {
-        if let Ok(out) = Command::new(binary("coroner")).args(["--server", grpc, "report", job, "--json"]).output() {
-            let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-            let found = r["snapshots"].as_array().into_iter().flatten().find(|s| s["kind"] == "stack" && s["rank"].as_u64() == Some(rank));
-            if let Some(s) = found {
-                return s["name"].as_str().map(str::to_string);
-            }
+        let out = server.coroner(&["report", job, "--json"]);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let found = r["snapshots"].as_array().into_iter().flatten().find(|s| s["kind"] == "stack" && s["rank"].as_u64() == Some(rank));
+        if let Some(s) = found {
+            return s["name"].as_str().map(str::to_string);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -231,18 +220,18 @@ fn suspects(v: &serde_json::Value) -> Vec<u64> {
 #[test]
 fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog() {
     let spool = tempfile::tempdir().expect("tempdir");
-    let server = Served::start_with(&["--hang-floor", "2"]);
-    let (url, http) = (server.grpc_url.clone(), server.http_port);
+    let server = TestServer::start_with(|c| c.hang_floor = Duration::from_secs(2));
+    let endpoints: &Endpoints = &server;
     let tools = tempfile::tempdir().expect("tempdir");
     fake_py_spy(tools.path());
     let started = Instant::now();
     let jobs: Vec<LiveJob> =
-        ["nccl2_hang_r1", "gloo8_hang_r5", "nccl2_ok", "gloo4_slow_r2"].iter().map(|b| start(b, &url, spool.path(), tools.path(), started)).collect();
+        ["nccl2_hang_r1", "gloo8_hang_r5", "nccl2_ok", "gloo4_slow_r2"].iter().map(|b| start(b, &endpoints.grpc_url, spool.path(), tools.path(), started)).collect();
     // Each job is watched by a thread of its own, in real time: checked one after the other,
     // a later job's finding could come and go (buffered in its channel) while an earlier one was
     // still being looked at, and its page and withdrawal were then looked for too late.
     let failures: Vec<String> = std::thread::scope(|scope| {
-        let checks: Vec<_> = jobs.into_iter().map(|j| scope.spawn(|| watch_job(j, started, &url, http))).collect();
+        let checks: Vec<_> = jobs.into_iter().map(|j| scope.spawn(|| watch_job(j, started, endpoints))).collect();
         checks.into_iter().flat_map(|c| c.join().expect("a job's watcher panicked")).collect()
     });
     drop(server);
@@ -251,7 +240,7 @@ fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog()
 
 /// Follows one replayed job from its start: a hang job's finding before the watchdog line, on
 /// its page, with a stack dump, then withdrawn; a healthy job's never. What went wrong, in words.
-fn watch_job(mut j: LiveJob, started: Instant, url: &str, http: u16) -> Vec<String> {
+fn watch_job(mut j: LiveJob, started: Instant, server: &Endpoints) -> Vec<String> {
     let mut failures = Vec::new();
     let mut seen: Vec<(Duration, Vec<u64>)> = Vec::new();
     match j.quiet {
@@ -292,15 +281,16 @@ fn watch_job(mut j: LiveJob, started: Instant, url: &str, http: u16) -> Vec<Stri
                     // stream by a re-evaluation on a loaded machine: look for up to 5 s.
                     let shows = |page: &str| page.contains("id=\"live-findings\"") && page.contains(&format!("data-rank=\"{culprit}\""));
                     let asked = std::time::Instant::now();
-                    let mut page = http_get(http, &format!("/jobs/live-{}", j.name));
+                    let page_of = || server.get(&format!("/jobs/live-{}", j.name)).1;
+                    let mut page = page_of();
                     while !shows(&page) && asked.elapsed() < std::time::Duration::from_secs(5) {
                         std::thread::sleep(std::time::Duration::from_millis(100));
-                        page = http_get(http, &format!("/jobs/live-{}", j.name));
+                        page = page_of();
                     }
                     if !shows(&page) {
                         failures.push(format!("{}: the job page does not show the suspected hang", j.name));
                     }
-                    match stack_of(url, &format!("live-{}", j.name), culprit) {
+                    match stack_of(server, &format!("live-{}", j.name), culprit) {
                         Some(name) => eprintln!("{}: the culprit's agent uploaded the stack dump {name}", j.name),
                         None => failures.push(format!("{}: no stack dump of the culprit was uploaded", j.name)),
                     }

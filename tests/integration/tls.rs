@@ -3,11 +3,11 @@
 //! client that does not, or that speaks plain text to a TLS port, is refused.
 
 use crate::served::TestServer;
-use coroner_tests::binary;
+use coroner_tests::{binary, eventually, printed};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Tls {
     _server: TestServer,
@@ -100,13 +100,7 @@ fn grpc_and_http_over_tls_with_a_trusted_self_signed_certificate() {
         .status()
         .expect("run coroner-agent");
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = coroner(&https, Some(&t.ca), &["search", "tls-agent", "tls-line-marker"]);
-        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("tls-line-marker") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the agent's line never arrived over TLS: {}", String::from_utf8_lossy(&out.stderr));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eventually(Duration::from_secs(20), "the agent's line never arrived over TLS", || {
+        printed(&coroner(&https, Some(&t.ca), &["search", "tls-agent", "tls-line-marker"]), "tls-line-marker")
+    });
 }

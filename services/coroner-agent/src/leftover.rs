@@ -14,14 +14,14 @@ use std::path::{Path, PathBuf};
 const MAX_DEPTH: usize = 4;
 
 pub fn run(args: &ShipArgs) -> i32 {
-    let auth = match coroner_proto::auth::ClientAuth::default().with_token(args.token.as_deref()) {
+    let auth = match coroner_proto::auth::ClientAuth::default().with_token(args.to.token.as_deref()) {
         Ok(auth) => auth,
         Err(e) => {
             tracing::error!("--token / CORONER_TOKEN: {e}");
             return 2;
         }
     };
-    let auth = match auth.with_tls_ca(args.tls_ca.as_deref()) {
+    let auth = match auth.with_tls_ca(args.to.tls_ca.as_deref()) {
         Ok(auth) => auth,
         Err(e) => {
             tracing::error!("--tls-ca / CORONER_TLS_CA: {e}");
@@ -44,7 +44,7 @@ pub fn run(args: &ShipArgs) -> i32 {
     };
     let shipped = rt.block_on(async {
         let mut channel = None;
-        for server in servers(&args.server) {
+        for server in servers(&args.to.server) {
             match open_channel(server, &auth).await {
                 Ok(c) => {
                     channel = Some(c);

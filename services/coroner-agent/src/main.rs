@@ -27,6 +27,7 @@ mod replay;
 mod seq_base;
 mod shipper;
 mod shipping;
+mod snapshot_upload;
 mod snapshots;
 mod spool;
 mod supervisor;
@@ -79,16 +80,8 @@ pub(crate) struct RunArgs {
     /// else the hostname; in a Kubernetes pod, set it from the pod's spec.nodeName].
     #[arg(long, env = "CORONER_HOST")]
     pub(crate) host: Option<String>,
-    /// coronerd's gRPC address, or several separated by commas.
-    #[arg(long, env = "CORONER_SERVER", default_value = "http://127.0.0.1:7070")]
-    pub(crate) server: String,
-    /// The write token coronerd was given, sent as `authorization: Bearer <token>` on every call.
-    /// Never passed on to CMD.
-    #[arg(long, env = "CORONER_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// A CA certificate (PEM) that an `https://` server's certificate chains to, besides the public roots.
-    #[arg(long, env = "CORONER_TLS_CA")]
-    pub(crate) tls_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) to: ServerArgs,
     /// Where to spool [default: $TMPDIR/coroner-spool].
     #[arg(long, env = "CORONER_SPOOL_DIR")]
     pub(crate) spool_dir: Option<PathBuf>,
@@ -132,20 +125,28 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
+/// Where the lines go, for `run` and `ship` alike.
+#[derive(Args)]
+pub(crate) struct ServerArgs {
+    /// coronerd's gRPC address, or several separated by commas.
+    #[arg(long, env = "CORONER_SERVER", default_value = "http://127.0.0.1:7070")]
+    pub(crate) server: String,
+    /// The write token coronerd was given, sent as `authorization: Bearer <token>` on every call
+    /// (never passed on to the command `run` wraps).
+    #[arg(long, env = "CORONER_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// A CA certificate (PEM) that an `https://` server's certificate chains to, besides the public roots.
+    #[arg(long, env = "CORONER_TLS_CA")]
+    pub(crate) tls_ca: Option<PathBuf>,
+}
+
 #[derive(Args)]
 pub(crate) struct ShipArgs {
     /// The spool folder the agents used [default: $TMPDIR/coroner-spool].
     #[arg(long, env = "CORONER_SPOOL_DIR")]
     pub(crate) spool_dir: Option<PathBuf>,
-    /// coronerd's gRPC address, or several separated by commas.
-    #[arg(long, env = "CORONER_SERVER", default_value = "http://127.0.0.1:7070")]
-    pub(crate) server: String,
-    /// The write token.
-    #[arg(long, env = "CORONER_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// A CA certificate (PEM) for an `https://` server.
-    #[arg(long, env = "CORONER_TLS_CA")]
-    pub(crate) tls_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) to: ServerArgs,
     /// Print errors only.
     #[arg(long)]
     pub(crate) quiet: bool,

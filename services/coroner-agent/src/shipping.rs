@@ -144,29 +144,13 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
         std::process::exit(0);
     });
     // On failure: GPU and kernel state, and core files, gathered while the lines are delivered.
-    let mut gather = (watcher.is_some() && failed).then(|| gather_on_failure(&plan, snap_tx.clone()));
+    let gather = (watcher.is_some() && failed).then(|| gather_on_failure(&plan, snap_tx.clone()));
     let _ = finish_tx.send(shipper::Finish { exit, deadline }).await;
     match tokio::time::timeout_at(deadline, shipper).await {
         Ok(Ok(summary)) => report(&summary),
         _ => tracing::warn!("gave up delivering after {:?}; what is left stays in the spool", plan.linger()),
     }
-    // Snapshots: what the failure-time collection finds, then everything in the folders, within
-    // the same linger; what is not shipped by then stays for the next agent of this rank.
-    if let Some(g) = gather.as_mut() {
-        if tokio::time::timeout_at(deadline, g).await.is_ok() {
-            gather = None;
-        }
-    }
-    let _ = snap_tx.send(snapshots::Msg::Finish { deadline }).await;
-    let mut watcher = watcher;
-    if let Some(w) = watcher.as_mut() {
-        if let Ok(Ok(s)) = tokio::time::timeout_at(deadline, w).await {
-            for f in &s.failed {
-                tracing::warn!("snapshot {f}");
-            }
-            watcher = None;
-        }
-    }
+    let (gather, watcher) = settle_snapshots(gather, watcher, &snap_tx, deadline).await;
     // Delivered what could be: the supervisor leaves now; stop holding the job's stdout and
     // stderr open (whoever reads them to their end must not wait for us).
     drop(delivered);
@@ -178,6 +162,32 @@ async fn ship(plan: Plan, reader: feed::FeedReader<File>, pipes: (Option<File>, 
     if let Some(w) = watcher {
         let _ = tokio::time::timeout_at(hard_deadline, w).await;
     }
+}
+
+/// Snapshots: what the failure-time collection finds, then everything in the folders, within the
+/// linger; what is not shipped by then stays for the next agent of this rank. Answers the tasks
+/// still under way (the collection, the watcher), left to finish in the background.
+async fn settle_snapshots(
+    mut gather: Option<tokio::task::JoinHandle<()>>,
+    mut watcher: Option<tokio::task::JoinHandle<snapshots::Summary>>,
+    snap_tx: &tokio::sync::mpsc::Sender<snapshots::Msg>,
+    deadline: tokio::time::Instant,
+) -> (Option<tokio::task::JoinHandle<()>>, Option<tokio::task::JoinHandle<snapshots::Summary>>) {
+    if let Some(g) = gather.as_mut() {
+        if tokio::time::timeout_at(deadline, g).await.is_ok() {
+            gather = None;
+        }
+    }
+    let _ = snap_tx.send(snapshots::Msg::Finish { deadline }).await;
+    if let Some(w) = watcher.as_mut() {
+        if let Ok(Ok(s)) = tokio::time::timeout_at(deadline, w).await {
+            for f in &s.failed {
+                tracing::warn!("snapshot {f}");
+            }
+            watcher = None;
+        }
+    }
+    (gather, watcher)
 }
 
 /// The snapshot watcher over the rank's snapshot and flight recorder folders, unless snapshots

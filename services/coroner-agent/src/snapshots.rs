@@ -18,8 +18,7 @@
 //!   `rank<R>.` / `nccl_trace_rank_<R>` file name under a launcher agent).
 
 use crate::shipper::ConnWatch;
-use coroner_proto::v1;
-use sha2::{Digest, Sha256};
+use crate::snapshot_upload::{upload, Client, Failure};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -27,7 +26,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 const POLL: Duration = Duration::from_millis(500);
-const CHUNK: usize = 1 << 20;
 
 /// A watched folder and the name its files go under (`snapshots`, `flight_recorder`).
 #[derive(Debug, Clone)]
@@ -74,158 +72,103 @@ pub fn rank_in_name(name: &str) -> Option<u32> {
 
 /// Runs until `Finish` and everything seen is shipped, or the deadline.
 pub async fn run(settings: Settings, mut conn: ConnWatch, mut rx: mpsc::Receiver<Msg>) -> Summary {
-    let mut summary = Summary::default();
-    let mut last: BTreeMap<PathBuf, (u64, SystemTime)> = BTreeMap::new();
-    let mut done: HashSet<Key> = HashSet::new();
-    let mut refused: HashSet<Key> = HashSet::new();
-    let mut extra: Vec<(PathBuf, String)> = Vec::new();
+    let mut watcher = Watcher { settings, last: BTreeMap::new(), done: HashSet::new(), refused: HashSet::new(), extra: Vec::new(), summary: Summary::default() };
     let mut deadline: Option<Instant> = None;
     let mut tick = tokio::time::interval(POLL);
     loop {
         tokio::select! {
             m = rx.recv(), if deadline.is_none() => match m {
-                Some(Msg::File { path, folder }) => extra.push((path, folder)),
+                Some(Msg::File { path, folder }) => watcher.extra.push((path, folder)),
                 Some(Msg::Finish { deadline: d }) => deadline = Some(d),
                 None => deadline = Some(Instant::now()),
             },
             _ = tick.tick() => {}
         }
-        let finishing = deadline.is_some();
-        // Ready: stable since the last poll, or anything once finishing.
-        let mut ready: Vec<(PathBuf, String, u64, SystemTime)> = Vec::new();
-        for w in &settings.watched {
-            let Ok(entries) = std::fs::read_dir(&w.dir) else { continue };
-            for e in entries.flatten() {
-                let path = e.path();
-                let Some((size, mtime)) = stat(&path) else { continue };
-                let stable = last.insert(path.clone(), (size, mtime)) == Some((size, mtime));
-                let key = (path.clone(), size, mtime);
-                if (stable || finishing) && size > 0 && !done.contains(&key) && !refused.contains(&key) {
-                    ready.push((path, w.folder.clone(), size, mtime));
-                }
-            }
-        }
-        for (path, folder) in &extra {
-            if let Some((size, mtime)) = stat(path) {
-                if !done.contains(&(path.clone(), size, mtime)) && !refused.contains(&(path.clone(), size, mtime)) {
-                    ready.push((path.clone(), folder.clone(), size, mtime));
-                }
-            }
-        }
+        let mut ready = watcher.ready(deadline.is_some());
         let current = conn.borrow_and_update().clone();
         if let Some((client, session)) = current {
-            for (path, folder, size, mtime) in ready.drain(..) {
-                let key = (path.clone(), size, mtime);
-                match upload(client.clone(), &session, &settings, &path, &folder, mtime).await {
-                    Ok(name) => {
-                        tracing::debug!("shipped snapshot {name}");
-                        summary.shipped.push(name);
-                        done.insert(key);
-                    }
-                    Err(Failure::Refused(e)) => {
-                        tracing::warn!("the server refused snapshot {}: {e}", path.display());
-                        summary.failed.push(format!("{}: {e}", path.display()));
-                        refused.insert(key);
-                    }
-                    Err(Failure::Retry(e)) => {
-                        tracing::debug!("snapshot {} not shipped yet: {e}", path.display());
-                    }
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    break;
-                }
-            }
+            watcher.ship(&mut ready, client, &session, deadline).await;
         }
         if let Some(d) = deadline {
             if ready.is_empty() || Instant::now() >= d {
                 for (path, ..) in ready {
-                    summary.failed.push(format!("{}: not shipped before the deadline (kept on disk)", path.display()));
+                    watcher.summary.failed.push(format!("{}: not shipped before the deadline (kept on disk)", path.display()));
                 }
-                return summary;
+                return watcher.summary;
             }
         }
     }
 }
 
-enum Failure {
-    Refused(String),
-    Retry(String),
+/// A file to ship now: its path, the folder it goes under, its size and modification time.
+type Ready = (PathBuf, String, u64, SystemTime);
+
+/// What the watcher knows between polls.
+struct Watcher {
+    settings: Settings,
+    /// Each file's size and modification time at the last poll.
+    last: BTreeMap<PathBuf, (u64, SystemTime)>,
+    /// Shipped, and refused by the server: not tried again until the file changes.
+    done: HashSet<Key>,
+    refused: HashSet<Key>,
+    /// Files named by `Msg::File`, outside the watched folders.
+    extra: Vec<(PathBuf, String)>,
+    summary: Summary,
 }
 
-/// Reads up to `cap` bytes of `path` and uploads them.
-async fn upload(
-    mut client: coroner_proto::v1::ingest_client::IngestClient<coroner_proto::auth::Channel>,
-    session: &str,
-    s: &Settings,
-    path: &Path,
-    folder: &str,
-    mtime: SystemTime,
-) -> Result<String, Failure> {
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let safe: String = file_name.chars().map(|c| if c == '/' || c == '\\' || c.is_control() { '_' } else { c }).collect();
-    let safe = if safe.is_empty() || safe.starts_with('.') { format!("_{safe}") } else { safe }.replace("..", "__");
-    let rank = s.rank.or_else(|| rank_in_name(&safe));
-    let kind = coroner_snapshot::kind_of(folder, &safe).to_string();
-    let name = format!("{folder}/{safe}");
-    let (p, cap) = (path.to_path_buf(), s.cap);
-    let read = tokio::task::spawn_blocking(move || -> std::io::Result<(Vec<u8>, u64)> {
-        use std::io::Read;
-        let f = std::fs::File::open(&p)?;
-        let full = f.metadata()?.len();
-        let mut bytes = Vec::new();
-        f.take(cap).read_to_end(&mut bytes)?;
-        Ok((bytes, full))
-    })
-    .await
-    .map_err(|e| Failure::Retry(e.to_string()))?;
-    let (bytes, full) = read.map_err(|e| Failure::Refused(format!("read: {e}")))?;
-    let sha = hex::encode(Sha256::digest(&bytes));
-    let header = v1::SnapshotHeader {
-        rank,
-        kind,
-        name: name.clone(),
-        size: bytes.len() as u64,
-        sha256: sha,
-        captured_ns: mtime.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0),
-        original_size: (full > bytes.len() as u64).then_some(full),
-    };
-    // Bytes the server has need not travel again: all of them (the content is stored, perhaps
-    // from another job), or the start of an upload a broken connection or a restart cut short.
-    let status = client.snapshot_status(v1::SnapshotStatusRequest { session_id: session.to_string(), header: Some(header.clone()) });
-    let mut offset: usize = match tokio::time::timeout(Duration::from_secs(30), status).await {
-        Ok(Ok(r)) if r.get_ref().stored => return Ok(name),
-        Ok(Ok(r)) => (r.get_ref().resume_offset as usize).min(bytes.len()),
-        // A server from before SnapshotStatus: send everything.
-        Ok(Err(st)) if st.code() == tonic::Code::Unimplemented => 0,
-        Ok(Err(st)) if st.code() == tonic::Code::InvalidArgument => return Err(Failure::Refused(st.message().to_string())),
-        Ok(Err(st)) => return Err(Failure::Retry(st.to_string())),
-        Err(_) => return Err(Failure::Retry("SnapshotStatus timed out".into())),
-    };
-    // At the end already (the stream broke before the server could finish): one empty last chunk.
-    let first = offset;
-    let mut chunks = Vec::new();
-    loop {
-        let end = (offset + CHUNK).min(bytes.len());
-        chunks.push(v1::SnapshotChunk {
-            session_id: session.to_string(),
-            header: (offset == first).then(|| header.clone()),
-            offset: offset as u64,
-            data: bytes[offset..end].to_vec(),
-            last: end == bytes.len(),
-        });
-        if end == bytes.len() {
-            break;
+impl Watcher {
+    /// The files to ship: those stable since the last poll, or any once `finishing`, that are
+    /// neither shipped nor refused as they are.
+    fn ready(&mut self, finishing: bool) -> Vec<Ready> {
+        let mut ready = Vec::new();
+        for w in &self.settings.watched {
+            let Ok(entries) = std::fs::read_dir(&w.dir) else { continue };
+            for e in entries.flatten() {
+                let path = e.path();
+                let Some((size, mtime)) = stat(&path) else { continue };
+                let stable = self.last.insert(path.clone(), (size, mtime)) == Some((size, mtime));
+                let key = (path.clone(), size, mtime);
+                if (stable || finishing) && size > 0 && !self.done.contains(&key) && !self.refused.contains(&key) {
+                    ready.push((path, w.folder.clone(), size, mtime));
+                }
+            }
         }
-        offset = end;
+        for (path, folder) in &self.extra {
+            if let Some((size, mtime)) = stat(path) {
+                if !self.done.contains(&(path.clone(), size, mtime)) && !self.refused.contains(&(path.clone(), size, mtime)) {
+                    ready.push((path.clone(), folder.clone(), size, mtime));
+                }
+            }
+        }
+        ready
     }
-    let call = client.upload_snapshot(tokio_stream::iter(chunks));
-    match tokio::time::timeout(Duration::from_secs(30), call).await {
-        Ok(Ok(_)) => Ok(name),
-        Ok(Err(st)) if matches!(st.code(), tonic::Code::InvalidArgument | tonic::Code::Unimplemented | tonic::Code::PermissionDenied) => {
-            Err(Failure::Refused(st.message().to_string()))
+
+    /// Uploads the ready files one after another, until the deadline: what was not tried by
+    /// then stays in `ready`.
+    async fn ship(&mut self, ready: &mut Vec<Ready>, client: Client, session: &str, deadline: Option<Instant>) {
+        let mut pending = std::mem::take(ready).into_iter();
+        for (path, folder, size, mtime) in pending.by_ref() {
+            let key = (path.clone(), size, mtime);
+            match upload(client.clone(), session, &self.settings, &path, &folder, mtime).await {
+                Ok(name) => {
+                    tracing::debug!("shipped snapshot {name}");
+                    self.summary.shipped.push(name);
+                    self.done.insert(key);
+                }
+                Err(Failure::Refused(e)) => {
+                    tracing::warn!("the server refused snapshot {}: {e}", path.display());
+                    self.summary.failed.push(format!("{}: {e}", path.display()));
+                    self.refused.insert(key);
+                }
+                Err(Failure::Retry(e)) => {
+                    tracing::debug!("snapshot {} not shipped yet: {e}", path.display());
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
         }
-        Ok(Err(st)) => Err(Failure::Retry(st.to_string())),
-        Err(_) => Err(Failure::Retry("timed out".into())),
+        ready.extend(pending);
     }
 }
 

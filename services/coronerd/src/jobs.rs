@@ -1,6 +1,7 @@
 //! The registry of jobs this server holds in memory, opening (and recovering, `job/recovery.rs`)
 //! a job on first use. The rest of the server reaches a job only through [`Jobs::get`] and the
-//! job's methods.
+//! job's methods, and the store's job catalogue only through the methods below: the adapters
+//! (`grpc/`, `http/`, `views/`) never hold the store, the rules or the shutdown token.
 //!
 //! Ownership: a job is opened here only under this instance's lease (`ownership.rs`); when
 //! another live instance holds it, [`Jobs::get`] answers [`ServiceError::Elsewhere`]. Several
@@ -11,19 +12,20 @@ use crate::job::{Job, Shared};
 use crate::metrics::Metrics;
 use crate::ownership::{self, Claim, Fence, Instance};
 use coroner_analysis::RuleSet;
-use coroner_model::JobId;
-use coroner_store::Metastore;
+use coroner_model::{JobId, Nanos, Report, Suspect};
+use coroner_store::{JobFilter, JobRow, Metastore, SessionRecord};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub struct Jobs {
-    pub store: Arc<dyn Metastore>,
-    pub rules: Arc<RuleSet>,
-    pub metrics: Arc<Metrics>,
-    pub limits: Arc<crate::limits::LimitsConfig>,
-    pub shutdown: CancellationToken,
+    store: Arc<dyn Metastore>,
+    rules: Arc<RuleSet>,
+    metrics: Arc<Metrics>,
+    limits: Arc<crate::limits::LimitsConfig>,
+    /// Cancelled when the server stops (ends the watch streams).
+    stopping: CancellationToken,
     /// What every job opened here shares.
     shared: Shared,
     open: Mutex<HashMap<JobId, Arc<Job>>>,
@@ -43,7 +45,7 @@ impl Jobs {
             rules: shared.rules.clone(),
             metrics: shared.metrics.clone(),
             limits: shared.limits.clone(),
-            shutdown,
+            stopping: shutdown,
             shared,
             open: Mutex::new(HashMap::new()),
             me: Arc::new(me),
@@ -85,6 +87,86 @@ impl Jobs {
         ownership::keep(self.store.clone(), self.me.clone(), job.clone(), fence.clone(), stop);
         tracing::info!(job = %job, epoch = fence.epoch(), "job opened here (this instance owns it)");
         Ok(j)
+    }
+
+    /// A writer (an agent's session, an OTLP export) speaks for `job` at `now`: a new job is
+    /// admitted against `--max-jobs`, the store records when it was last heard from (and the
+    /// world size believed, if any), and it is opened here.
+    pub async fn heard_from(&self, job: &JobId, world: Option<u32>, now: Nanos) -> Result<Arc<Job>, ServiceError> {
+        self.admit_new(job).await?;
+        self.touch(job, world, now).await?;
+        self.get(job, true).await
+    }
+
+    /// A job a reader waits on, maybe before its agents start: created empty when the store does
+    /// not hold it, counted against `--max-jobs` like any other (a read token cannot open
+    /// unbounded jobs); a job it holds is not touched (watching is not activity).
+    pub async fn watched(&self, job: &JobId) -> Result<Arc<Job>, ServiceError> {
+        if self.store.get_job(job).await?.is_none() {
+            self.admit_new(job).await?;
+            self.touch(job, None, coroner_model::now_ns()).await?;
+        }
+        self.get(job, true).await
+    }
+
+    /// Records that `job` was heard from at `now`, with the world size believed, if any.
+    pub async fn touch(&self, job: &JobId, world: Option<u32>, now: Nanos) -> Result<(), ServiceError> {
+        Ok(self.store.touch_job(job, world, now).await?)
+    }
+
+    /// A claimed world size, believed in proportion to the ranks heard from (`limits.rs`).
+    pub fn believed_world_size(&self, claimed: u32, speakers: usize) -> u32 {
+        crate::limits::believed_world_size(claimed, speakers, self.limits.world_size_slack)
+    }
+
+    /// Records an agent's session.
+    pub async fn open_session(&self, session: &SessionRecord) -> Result<(), ServiceError> {
+        Ok(self.store.open_session(session).await?)
+    }
+
+    /// The jobs the store holds, filtered.
+    pub async fn list(&self, filter: &JobFilter) -> Result<Vec<JobRow>, ServiceError> {
+        Ok(self.store.list_jobs(filter).await?)
+    }
+
+    /// How many sessions of `job` spoke for a rank.
+    pub async fn ranked_sessions(&self, job: &JobId) -> Result<u32, ServiceError> {
+        Ok(self.store.sessions(job).await?.iter().filter(|s| s.rank.is_some()).count() as u32)
+    }
+
+    /// A failed report with what past failures say of it (`incidents.rs`).
+    pub async fn with_history(&self, report: Arc<Report>) -> Arc<Report> {
+        crate::incidents::with_history(&self.store, report).await
+    }
+
+    /// The hosts past failures point at (`incidents.rs`).
+    pub async fn suspects(&self, since_ns: Option<Nanos>, all: bool) -> Result<Vec<Suspect>, ServiceError> {
+        Ok(crate::incidents::suspects(&self.store, since_ns, all).await?)
+    }
+
+    /// The rules every report is analysed with.
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.rules.clone()
+    }
+
+    /// Cancelled when the server stops: streams that would outlive it end on it.
+    pub fn stopping(&self) -> CancellationToken {
+        self.stopping.clone()
+    }
+
+    /// Deletes the jobs last heard from before `cutoff` from the store and closes them here
+    /// (their failure signatures are kept); returns how many.
+    pub async fn expire(&self, cutoff: Nanos) -> Result<usize, ServiceError> {
+        let gone = self.store.expire_jobs(cutoff).await?;
+        for id in &gone {
+            self.forget(id).await?;
+        }
+        Ok(gone.len())
+    }
+
+    /// The snapshot contents some job still names.
+    pub async fn named_snapshot_contents(&self) -> Result<Vec<String>, ServiceError> {
+        Ok(self.store.snapshot_contents().await?)
     }
 
     /// Refuses a job id the store does not hold yet once it holds `--max-jobs` (retention makes

@@ -183,7 +183,7 @@ async fn grpc_server(
     let ingest = ingest::IngestService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.metrics.clone(), parts.budget.clone(), parts.limits.clone());
     let query = query::QueryService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.searches.clone());
     let liveness = liveness::LivenessService::new(parts.jobs.clone());
-    let otlp = otlp::OtlpLogs::new(parts.jobs.clone());
+    let otlp = otlp::OtlpLogs::new(parts.jobs.clone(), parts.metrics.clone(), parts.limits.max_string_bytes);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
     health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;

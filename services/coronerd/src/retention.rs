@@ -57,7 +57,7 @@ pub fn spawn(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, retention: Duration
 
 /// Deletes the stored snapshot contents no job names; returns how many.
 pub async fn collect_snapshots(jobs: &Jobs, snapshots: &Arc<SnapshotStore>) -> Result<usize, crate::error::ServiceError> {
-    let named: std::collections::HashSet<String> = jobs.store.snapshot_contents().await?.into_iter().collect();
+    let named: std::collections::HashSet<String> = jobs.named_snapshot_contents().await?.into_iter().collect();
     let store = snapshots.clone();
     Ok(tokio::task::spawn_blocking(move || store.collect_garbage(&named)).await?)
 }
@@ -66,9 +66,5 @@ pub async fn collect_snapshots(jobs: &Jobs, snapshots: &Arc<SnapshotStore>) -> R
 pub async fn sweep(jobs: &Jobs, retention: Duration) -> Result<usize, crate::error::ServiceError> {
     let now = coroner_model::now_ns();
     let cutoff = now.saturating_sub(i64::try_from(retention.as_nanos()).unwrap_or(i64::MAX));
-    let gone = jobs.store.expire_jobs(cutoff).await?;
-    for id in &gone {
-        jobs.forget(id).await?;
-    }
-    Ok(gone.len())
+    jobs.expire(cutoff).await
 }

@@ -29,7 +29,7 @@ use disk::Disk;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// Uploaders remembered per content (for filing by hash); past this the memory starts over and
@@ -126,6 +126,23 @@ fn valid_sha(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
+/// Where content `sha256` lies under the store's `root` (`<root>/<sha[0..2]>/<sha>`); none for a
+/// name that is not a sha256.
+pub fn content_path(root: &Path, sha256: &str) -> Option<PathBuf> {
+    valid_sha(sha256).then(|| root.join(&sha256[..2]).join(sha256))
+}
+
+/// What the snapshot readers find in stored content at `path` (blocking: reads the file), for
+/// an upload and for a job opened again alike: nothing when its bytes were not kept, a highlight
+/// saying so when they cannot be read.
+pub fn stored_facts(path: Option<&Path>, kind: &str, name: &str, size: u64) -> coroner_snapshot::Facts {
+    match path.map(std::fs::read) {
+        Some(Ok(bytes)) => coroner_snapshot::facts(kind, name, &bytes, size),
+        Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => coroner_snapshot::Facts { highlights: vec![format!("unreadable: {e}")], ..Default::default() },
+        _ => coroner_snapshot::Facts::default(),
+    }
+}
+
 impl SnapshotStore {
     pub fn new(root: PathBuf, cap: u64, quotas: disk::Quotas, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
         std::fs::create_dir_all(root.join("partial"))?;
@@ -134,7 +151,7 @@ impl SnapshotStore {
     }
 
     pub fn path_of(&self, sha256: &str) -> Option<PathBuf> {
-        valid_sha(sha256).then(|| self.root.join(&sha256[..2]).join(sha256))
+        content_path(&self.root, sha256)
     }
 
     /// Bytes of one content kept at most.

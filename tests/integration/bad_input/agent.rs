@@ -1,7 +1,8 @@
-//! The real agent around a real child: a full spool with no server, two agents claiming one rank,
-//! and lines no terminal would like (10 MB, invalid UTF-8, NUL bytes).
+//! The real agent around a real child: a full spool with no server (the coronerd binary, killed
+//! and started again in place), two agents claiming one rank, and lines no terminal would like
+//! (10 MB, invalid UTF-8, NUL bytes), the last two against a server in this process.
 
-use crate::served::{runtime, Endpoints, Served};
+use crate::served::{runtime, Endpoints, Served, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use coroner_tests::binary;
 use std::path::Path;
@@ -133,7 +134,7 @@ const TALK: &str = "import sys, time\nfor i in range(300):\n    print(f'{sys.arg
 /// report says that two agents claimed the rank. A later agent of that rank is no conflict.
 #[test]
 fn two_agents_claiming_one_rank_at_once_lose_no_line_and_the_report_says_so() {
-    let server = Served::start();
+    let server = TestServer::start();
     let spool = tempfile::tempdir().expect("tempdir");
     // Spools apart, as on two hosts.
     let run = |who: &str| {
@@ -175,7 +176,7 @@ o.flush()
 /// NUL bytes arrive (shown with replacement characters); the lines around them are all there.
 #[test]
 fn a_ten_megabyte_line_invalid_utf8_and_nul_bytes_through_the_agent() {
-    let server = Served::start();
+    let server = TestServer::start();
     let spool = tempfile::tempdir().expect("tempdir");
     let child = agent(&server.grpc_url, "odd-lines", spool.path(), &["--flush-timeout", "30"], ODD, &[]).stderr(Stdio::null()).spawn().expect("agent");
     assert!(wait(child, Duration::from_secs(60)).success());

@@ -5,7 +5,9 @@
 //!   not the point: queries, the web, OTLP, metrics, snapshots, incidents, the red team's bounds.
 //! - [`Served`] (`process.rs`): the `coronerd` binary, which reports its addresses through
 //!   `--ready-file`. For tests of the binary itself (flags, signals, being killed and restarted,
-//!   its threads and memory) and real agents around real commands.
+//!   its threads and memory) and real agents around real commands end to end (the ring job,
+//!   Slurm). Real agents whose lines are what a test looks at (live hang suspicion, claims, odd
+//!   lines) ship to a `TestServer`.
 //!
 //! Both dereference to [`Endpoints`]: the CLI, plain HTTP and JSON against that server.
 

@@ -77,12 +77,12 @@ impl IngestService {
     /// host, the node's rank base and the agent's notes.
     async fn take_opening(&self, job: &crate::job::Job, r: &v1::OpenSessionRequest, now: i64) -> Result<(), ServiceError> {
         // A world size is believed in proportion to the agents seen (`limits.rs`).
-        let world = r.world_size.map(|w| crate::limits::believed_world_size(w, job.speakers(), self.limits.world_size_slack));
+        let world = r.world_size.map(|w| self.jobs.believed_world_size(w, job.speakers()));
         if world != r.world_size {
             Limit::WorldSize.count(&self.metrics);
         }
         if world.is_some() {
-            self.jobs.store.touch_job(job.id(), world, now).await?;
+            self.jobs.touch(job.id(), world, now).await?;
         }
         job.update(|p| {
             if let Some(w) = world {
@@ -126,12 +126,10 @@ impl Ingest for IngestService {
         let r = req.into_inner();
         let job_id = self.check_opening(&r)?;
         let now = now_ns();
-        self.jobs.admit_new(&job_id).await?;
-        self.jobs.store.touch_job(&job_id, None, now).await.map_err(ServiceError::from)?;
-        let job = self.jobs.get(&job_id, true).await?;
+        let job = self.jobs.heard_from(&job_id, None, now).await?;
         let fence = self.jobs.fence(&job_id).ok_or_else(|| ServiceError::Unavailable(format!("job {job_id} was closed here; retry")))?;
         let session_id = uuid::Uuid::new_v4().to_string();
-        self.jobs.store.open_session(&session_record(&r, &session_id, &job_id, now)).await.map_err(ServiceError::from)?;
+        self.jobs.open_session(&session_record(&r, &session_id, &job_id, now)).await?;
         // Which lane of sequence numbers this session numbers in (`job/claims.rs`).
         let granted = job.claim(&crate::job::Opening {
             session_id: &session_id,
@@ -167,7 +165,6 @@ impl Ingest for IngestService {
         let prepay = req.extensions().get::<Arc<prepaid::Prepay>>().cloned().unwrap_or_else(|| prepaid::Prepay::new(self.budget.clone()));
         let stream = ShipStream {
             sessions: self.sessions.clone(),
-            store: self.jobs.store.clone(),
             metrics: self.metrics.clone(),
             idle: self.limits.ingest_idle_timeout,
             prepay,
@@ -208,8 +205,7 @@ impl Ingest for IngestService {
             }
         }
         let end = ProcessEnd { rank, exit_code: r.exit_code, signal: r.signal, at_ns: (r.at_ns != 0).then_some(r.at_ns) };
-        self.jobs.store.record_exit(session.job.id(), &end).await.map_err(ServiceError::from)?;
-        let ends = self.jobs.store.process_ends(session.job.id()).await.map_err(ServiceError::from)?.len() as u32;
+        let ends = session.job.record_end(&end).await?;
         if r.dropped_lines > 0 {
             session.job.update(|p| {
                 p.add_note(format!(

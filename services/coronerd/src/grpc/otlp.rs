@@ -120,13 +120,16 @@ type NextSeq = HashMap<(JobId, Option<u32>, Stream), u64>;
 
 pub struct OtlpLogs {
     jobs: Arc<Jobs>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// Host names are bounded like an agent's (`--max-string-bytes`).
+    max_string_bytes: usize,
     /// Held across a commit, so exports are numbered and committed in one order.
     next_seq: tokio::sync::Mutex<NextSeq>,
 }
 
 impl OtlpLogs {
-    pub fn new(jobs: Arc<Jobs>) -> Self {
-        OtlpLogs { jobs, next_seq: tokio::sync::Mutex::new(HashMap::new()) }
+    pub fn new(jobs: Arc<Jobs>, metrics: Arc<crate::metrics::Metrics>, max_string_bytes: usize) -> Self {
+        OtlpLogs { jobs, metrics, max_string_bytes, next_seq: tokio::sync::Mutex::new(HashMap::new()) }
     }
 
     async fn ingest(&self, records: Vec<Mapped>, now: i64) -> Result<(), ServiceError> {
@@ -144,10 +147,8 @@ impl OtlpLogs {
                 .flatten()
                 .filter_map(|m| m.world_size)
                 .max()
-                .map(|w| crate::limits::believed_world_size(w, ranks.max(1), self.jobs.limits.world_size_slack));
-            self.jobs.admit_new(&id).await?;
-            self.jobs.store.touch_job(&id, world, now).await?;
-            let job = self.jobs.get(&id, true).await?;
+                .map(|w| self.jobs.believed_world_size(w, ranks.max(1)));
+            let job = self.jobs.heard_from(&id, world, now).await?;
             let positions = job.positions();
             let ranks: Vec<(u32, String)> = hosts.values().flatten().filter_map(|m| m.rank.map(|r| (r, m.host.clone()))).collect();
             job.update(|p| {
@@ -179,25 +180,21 @@ impl OtlpLogs {
     }
 }
 
-fn metrics_of(jobs: &Jobs) -> &crate::metrics::Metrics {
-    &jobs.metrics
-}
-
 #[tonic::async_trait]
 impl LogsService for OtlpLogs {
     async fn export(&self, req: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
         let now = now_ns();
         let (records, mut rejected, mut why) = map_request(req.get_ref(), now);
         // Host names are shown and kept per rank: bounded and plain, like an agent's (`grpc/ingest/session_limits.rs`).
-        let max = self.jobs.limits.max_string_bytes;
+        let max = self.max_string_bytes;
         let before = records.len();
         let records: Vec<Mapped> = records.into_iter().filter(|m| m.host.len() <= max && !m.host.chars().any(char::is_control)).collect();
         if records.len() < before {
             rejected += (before - records.len()) as i64;
             why = format!("host.name over {max} bytes (--max-string-bytes) or holding control characters");
-            crate::limits::Limit::StringLength.count(metrics_of(&self.jobs));
+            crate::limits::Limit::StringLength.count(&self.metrics);
         }
-        let metrics = &self.jobs.metrics;
+        let metrics = &self.metrics;
         metrics.otlp_records.fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
         metrics.otlp_rejected.fetch_add(rejected.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
         self.ingest(records, now).await?;

@@ -98,10 +98,10 @@ impl Query for QueryService {
             fault_class: (!r.fault_class.is_empty()).then_some(r.fault_class),
             since_ns: (r.since_ns != 0).then_some(r.since_ns),
         };
-        let rows = self.jobs.store.list_jobs(&filter).await.map_err(ServiceError::from)?;
+        let rows = self.jobs.list(&filter).await?;
         let mut jobs = Vec::with_capacity(rows.len());
         for row in rows.into_iter().filter(|row| r.until_ns == 0 || row.first_seen_ns <= r.until_ns) {
-            let ranks = self.jobs.store.sessions(&row.job_id).await.map_err(ServiceError::from)?.iter().filter(|s| s.rank.is_some()).count() as u32;
+            let ranks = self.jobs.ranked_sessions(&row.job_id).await?;
             jobs.push(v1::JobSummary {
                 job_id: row.job_id.to_string(),
                 verdict: row.verdict,
@@ -120,7 +120,7 @@ impl Query for QueryService {
         let id = job_id(&req.into_inner().job_id)?;
         let job = self.jobs.get(&id, false).await?;
         let report = job.current_report().await?;
-        let report = crate::incidents::with_history(&self.jobs.store, report).await;
+        let report = self.jobs.with_history(report).await;
         Ok(Response::new(report_response(&report)))
     }
 
@@ -176,7 +176,7 @@ impl Query for QueryService {
 
     async fn list_snapshots(&self, req: Request<v1::GetReportRequest>) -> Result<Response<v1::ListSnapshotsResponse>, Status> {
         let job = self.jobs.get(&job_id(&req.into_inner().job_id)?, false).await?;
-        let snapshots = self.jobs.store.snapshots(job.id()).await.map_err(ServiceError::from)?;
+        let snapshots = job.snapshots().await?;
         Ok(Response::new(v1::ListSnapshotsResponse { snapshots: snapshots.iter().map(snapshot_info).collect() }))
     }
 
@@ -217,24 +217,18 @@ impl Query for QueryService {
 
     async fn watch_job(&self, req: Request<v1::GetReportRequest>) -> Result<Response<Self::WatchJobStream>, Status> {
         let id = job_id(&req.into_inner().job_id)?;
-        // A job may be watched before its agents start: it is created empty, counted against
-        // --max-jobs like any other (a read token cannot open unbounded jobs).
-        if self.jobs.store.get_job(&id).await.map_err(ServiceError::from)?.is_none() {
-            self.jobs.admit_new(&id).await?;
-            let now = coroner_model::now_ns();
-            self.jobs.store.touch_job(&id, None, now).await.map_err(ServiceError::from)?;
-        }
-        let job = self.jobs.get(&id, true).await?;
+        // A job may be watched before its agents start (`Jobs::watched`).
+        let job = self.jobs.watched(&id).await?;
         let mut rx = job.watch();
         rx.borrow_and_update();
         let first = job.current_report().await?;
-        Ok(Response::new(Box::pin(watch_stream(first, rx, self.jobs.shutdown.clone()))))
+        Ok(Response::new(Box::pin(watch_stream(first, rx, self.jobs.stopping()))))
     }
 
     async fn list_suspects(&self, req: Request<v1::ListSuspectsRequest>) -> Result<Response<v1::ListSuspectsResponse>, Status> {
         let r = req.into_inner();
         let since = (r.since_ns != 0).then_some(r.since_ns);
-        let list = crate::incidents::suspects(&self.jobs.store, since, r.all).await.map_err(ServiceError::from)?;
+        let list = self.jobs.suspects(since, r.all).await?;
         Ok(Response::new(v1::ListSuspectsResponse { suspects: list.into_iter().map(coroner_proto::convert::suspect_to_wire).collect() }))
     }
 }

@@ -21,7 +21,7 @@ pub async fn report_json(State(s): State<AppState>, Path(id): Path<String>) -> R
     let result = async {
         let j = job(&s, &id).await?;
         let r = j.current_report().await?;
-        Ok::<_, ServiceError>(crate::incidents::with_history(&s.jobs.store, r).await)
+        Ok::<_, ServiceError>(s.jobs.with_history(r).await)
     }
     .await;
     match result {
@@ -31,7 +31,7 @@ pub async fn report_json(State(s): State<AppState>, Path(id): Path<String>) -> R
 }
 
 pub async fn jobs(State(s): State<AppState>) -> Response {
-    match s.jobs.store.list_jobs(&Default::default()).await {
+    match s.jobs.list(&Default::default()).await {
         Ok(rows) => Json(
             rows.iter()
                 .map(|r| {

@@ -15,7 +15,7 @@ pub async fn handler(State(s): State<AppState>, Path(id): Path<String>) -> Respo
     let report = async {
         let j = s.jobs.get(&job_id(&id)?, false).await?;
         let r = j.current_report().await?;
-        Ok::<_, crate::error::ServiceError>(crate::incidents::with_history(&s.jobs.store, r).await)
+        Ok::<_, crate::error::ServiceError>(s.jobs.with_history(r).await)
     }
     .await;
     match report {

@@ -17,7 +17,7 @@ pub async fn page_handler(s: &AppState, f: Filter) -> Response {
         fault_class: f.class.clone().filter(|v| !v.is_empty()),
         since_ns: None,
     };
-    let rows = match s.jobs.store.list_jobs(&filter).await {
+    let rows = match s.jobs.list(&filter).await {
         Ok(rows) => rows,
         Err(e) => return error_page(e.into()),
     };

@@ -131,7 +131,7 @@ pub(crate) fn error_json(e: ServiceError) -> Response {
 }
 
 pub(crate) async fn job_counts(jobs: &Jobs) -> Result<JobCounts, ServiceError> {
-    let rows = jobs.store.list_jobs(&Default::default()).await?;
+    let rows = jobs.list(&Default::default()).await?;
     let mut counts = JobCounts::default();
     for r in rows {
         *counts.by_verdict.entry(r.verdict.clone()).or_default() += 1;

@@ -8,6 +8,7 @@
 //! - `reporter.rs`: the report, recomputed after changes on a copy of the evidence, and published;
 //! - `live_ticker.rs`: live hang suspicion while the job runs;
 //! - `recovery.rs`: opening a job again from its index and the store's rows;
+//! - `records.rs`: the rows a job writes beside its lines (clock samples, process ends, snapshots);
 //! - `shared.rs`: what every job of one server shares (store, rules, limits, live thresholds).
 //!
 //! The tasks hold only the pieces they work on, never the handle; they stop when the last handle
@@ -18,6 +19,7 @@ mod committer;
 mod live_ticker;
 mod positions;
 mod recovery;
+mod records;
 mod reporter;
 mod shared;
 mod state;
@@ -36,6 +38,7 @@ use committer::{CommitRequest, Committer, COMMIT_QUEUE};
 use coroner_analysis::{JobEvidence, RuleSet};
 use coroner_index::JobIndex;
 use coroner_model::{JobId, LogLine, Report};
+use coroner_store::Metastore;
 use positions::Committed;
 use reporter::{Published, Reporter};
 use state::Evidence;
@@ -53,6 +56,8 @@ pub struct Job {
     commits: mpsc::Sender<CommitRequest>,
     published: Arc<Published>,
     rules: Arc<RuleSet>,
+    /// Where the job's rows live beside its index (`records.rs`).
+    store: Arc<dyn Metastore>,
     /// Stops the reporter and the live ticker when the last handle goes.
     _tasks: DropGuard,
 }
@@ -95,7 +100,8 @@ impl Job {
         .start(stop.child_token());
         live_ticker::start(id.clone(), evidence.clone(), stop.child_token());
         let claims = Mutex::default();
-        Arc::new(Job { id, index, evidence, positions, claims, commits, published, rules: shared.rules.clone(), _tasks: stop.drop_guard() })
+        let (rules, store) = (shared.rules.clone(), shared.store.clone());
+        Arc::new(Job { id, index, evidence, positions, claims, commits, published, rules, store, _tasks: stop.drop_guard() })
     }
 
     pub fn id(&self) -> &JobId {

@@ -109,11 +109,8 @@ async fn read_snapshots(rows: Vec<SnapshotRecord>, root: PathBuf) -> Vec<(Snapsh
     tokio::task::spawn_blocking(move || {
         rows.into_iter()
             .map(|s| {
-                let valid = s.sha256.len() == 64 && s.sha256.bytes().all(|b| b.is_ascii_hexdigit());
-                let facts = match valid.then(|| std::fs::read(root.join(&s.sha256[..2]).join(&s.sha256))) {
-                    Some(Ok(bytes)) => coroner_snapshot::facts(&s.kind, &s.name, &bytes, s.size),
-                    _ => coroner_snapshot::Facts::default(),
-                };
+                let path = crate::snapshots::content_path(&root, &s.sha256);
+                let facts = crate::snapshots::stored_facts(path.as_deref(), &s.kind, &s.name, s.size);
                 (s, facts)
             })
             .collect()

@@ -26,9 +26,8 @@ pub async fn snapshot_file(
     let job = jobs.get(&id, false).await?;
     let sha = sha256.trim().to_ascii_lowercase();
     let path = store.path_of(&sha).ok_or_else(|| ServiceError::InvalidArgument(format!("{sha256:?} is not a sha256 (64 hex digits)")))?;
-    let record = jobs
-        .store
-        .snapshots(job.id())
+    let record = job
+        .snapshots()
         .await?
         .into_iter()
         .find(|s| s.sha256 == sha)

@@ -155,6 +155,6 @@ pub async fn count_by_rank(searches: &Searches, job: &Arc<Job>, query: String) -
 /// The timeline over the job's current evidence and report.
 pub async fn timeline(jobs: &Jobs, job: &Arc<Job>, opts: super::timeline::TimelineOptions) -> Result<super::timeline::Timeline, ServiceError> {
     let report = job.current_report().await?;
-    let rules = jobs.rules.clone();
+    let rules = jobs.rules();
     job.with_evidence(move |evidence| super::timeline::build(evidence, &report, &rules, opts)).await
 }

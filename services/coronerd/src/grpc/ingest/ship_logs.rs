@@ -19,7 +19,6 @@ use crate::limits::Limit;
 use crate::metrics::Metrics;
 use coroner_model::ClockSample;
 use coroner_proto::v1;
-use coroner_store::Metastore;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +41,6 @@ enum Submitted {
 /// What one stream reads with.
 pub struct ShipStream {
     pub sessions: Arc<Sessions>,
-    pub store: Arc<dyn Metastore>,
     pub metrics: Arc<Metrics>,
     pub idle: Duration,
     pub prepay: Arc<Prepay>,
@@ -115,7 +113,7 @@ impl ShipStream {
         let paid = self.prepay.take();
         let more = decoded.saturating_sub(paid.as_ref().map_or(0, Reservation::bytes));
         let topped = if more > 0 { self.prepay.top_up(more) } else { None };
-        match submit_batch(&self.sessions, &self.store, batch).await {
+        match submit_batch(&self.sessions, batch).await {
             // The budget goes back when the batch is committed, whether or not its
             // acknowledgement is read.
             Ok(wait) => Submitted::Queued(
@@ -160,7 +158,7 @@ fn batch_bytes(batch: &v1::LogBatch) -> u64 {
 }
 
 /// Validates a batch, stores its clock samples and queues its lines for commit.
-async fn submit_batch(sessions: &Sessions, store: &Arc<dyn Metastore>, batch: v1::LogBatch) -> Result<oneshot::Receiver<Reply>, ServiceError> {
+async fn submit_batch(sessions: &Sessions, batch: v1::LogBatch) -> Result<oneshot::Receiver<Reply>, ServiceError> {
     let session = sessions
         .get(&batch.session_id)
         .ok_or_else(|| ServiceError::FailedPrecondition(format!("unknown session {:?}: open the session before shipping logs", batch.session_id)))?;
@@ -181,8 +179,7 @@ async fn submit_batch(sessions: &Sessions, store: &Arc<dyn Metastore>, batch: v1
                 t4_agent_recv: c.t4_agent_recv_ns,
             })
             .collect();
-        store.add_clock_samples(session.job.id(), &samples).await?;
-        session.job.update(|p| p.add_clock_samples(samples));
+        session.job.add_clock_samples(samples).await?;
     }
     session.job.submit(lines, session.host.clone()).await
 }

@@ -31,7 +31,7 @@ impl IngestService {
             captured_ns: header.captured_ns,
             stored_bytes,
         };
-        let fresh = self.jobs.store.add_snapshot(&record).await.map_err(ServiceError::from)?;
+        let fresh = session.job.add_snapshot(&record).await?;
         if !fresh {
             return Ok(false);
         }
@@ -39,13 +39,7 @@ impl IngestService {
         // Reading a snapshot (a pickle, a zip, XML) is parsing work: off the runtime.
         let path = self.snapshots.path_of(&record.sha256);
         let (kind, name, size) = (record.kind.clone(), record.name.clone(), record.size);
-        let facts = tokio::task::spawn_blocking(move || match path.map(std::fs::read) {
-            Some(Ok(bytes)) => coroner_snapshot::facts(&kind, &name, &bytes, size),
-            Some(Err(e)) => coroner_snapshot::Facts { highlights: vec![format!("unreadable: {e}")], ..Default::default() },
-            None => coroner_snapshot::Facts::default(),
-        })
-        .await
-        .unwrap_or_default();
+        let facts = tokio::task::spawn_blocking(move || crate::snapshots::stored_facts(path.as_deref(), &kind, &name, size)).await.unwrap_or_default();
         session.job.update(|p| {
             let summary = SnapshotSummary {
                 rank: record.rank,
@@ -68,7 +62,7 @@ impl IngestService {
         crate::snapshots::check_kind(&header.kind)?;
         match self.snapshots.status(&header.sha256)? {
             Holding::Stored => {
-                let held = self.jobs.store.snapshots(session.job.id()).await.map_err(ServiceError::from)?;
+                let held = session.job.snapshots().await?;
                 let mine = held.iter().any(|s| s.sha256 == header.sha256) || self.snapshots.uploaded_by(&header.sha256, &session.uploader);
                 if !mine {
                     // Not this agent's content: it proves it holds the content by sending it.
@@ -92,7 +86,7 @@ impl IngestService {
     /// Refuses a snapshot that would take the job past its snapshot quota (`--max-job-snapshot-gb`).
     pub(super) async fn check_job_quota(&self, session: &Session, header: &v1::SnapshotHeader) -> Result<(), ServiceError> {
         let Some(quota) = self.snapshots.per_job_quota() else { return Ok(()) };
-        let held: u64 = self.jobs.store.snapshots(session.job.id()).await?.iter().map(|s| s.stored_bytes).sum();
+        let held: u64 = session.job.snapshots().await?.iter().map(|s| s.stored_bytes).sum();
         if held.saturating_add(header.size.min(self.snapshots.cap())) > quota {
             return Err(crate::limits::Limit::SnapshotQuota.refuse(
                 &self.metrics,
