@@ -2,7 +2,6 @@
 //! server, the first `cap` bytes read off the runtime, `SnapshotStatus` asked how much the server
 //! already holds, then the rest in 1 MiB chunks over `UploadSnapshot`.
 
-use crate::snapshots::{rank_in_name, Settings};
 use coroner_proto::v1;
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -21,13 +20,14 @@ pub enum Failure {
     Retry(String),
 }
 
-/// Reads up to `s.cap` bytes of `path` and uploads them; answers the name it was filed under.
-pub async fn upload(mut client: Client, session: &str, s: &Settings, path: &Path, folder: &str, mtime: SystemTime) -> Result<String, Failure> {
+/// Reads up to `cap` bytes of `path` and uploads them, under the agent's `rank` or else the one
+/// the file's name states; answers the name it was filed under.
+pub async fn upload(mut client: Client, session: &str, cap: u64, rank: Option<u32>, path: &Path, folder: &str, mtime: SystemTime) -> Result<String, Failure> {
     let safe = safe_file_name(path);
-    let rank = s.rank.or_else(|| rank_in_name(&safe));
+    let rank = rank.or_else(|| rank_in_name(&safe));
     let kind = coroner_snapshot::kind_of(folder, &safe).to_string();
     let name = format!("{folder}/{safe}");
-    let (bytes, full) = read_capped(path, s.cap).await?;
+    let (bytes, full) = read_capped(path, cap).await?;
     let header = v1::SnapshotHeader {
         rank,
         kind,
@@ -47,6 +47,16 @@ pub async fn upload(mut client: Client, session: &str, s: &Settings, path: &Path
         Ok(Err(st)) => Err(Failure::Retry(st.to_string())),
         Err(_) => Err(Failure::Retry("timed out".into())),
     }
+}
+
+/// The rank a file name states: `rank3.stack.txt`, `nccl_trace_rank_3`.
+pub fn rank_in_name(name: &str) -> Option<u32> {
+    if let Some(at) = name.find("nccl_trace_rank_") {
+        let d: String = name[at + 16..].chars().take_while(char::is_ascii_digit).collect();
+        return d.parse().ok();
+    }
+    let d: String = name.strip_prefix("rank")?.chars().take_while(char::is_ascii_digit).collect();
+    d.parse().ok()
 }
 
 /// The file's name as the server may file it: no separators, control characters, leading dot
@@ -113,6 +123,13 @@ fn chunks(session: &str, header: &v1::SnapshotHeader, bytes: &[u8], mut offset: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_from_names() {
+        assert_eq!(rank_in_name("nccl_trace_rank_12"), Some(12));
+        assert_eq!(rank_in_name("rank3.stack.txt"), Some(3));
+        assert_eq!(rank_in_name("core.1234"), None);
+    }
 
     #[test]
     fn names_are_filed_safely() {

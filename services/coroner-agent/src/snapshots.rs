@@ -60,16 +60,6 @@ fn stat(p: &Path) -> Option<(u64, SystemTime)> {
     Some((m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
 }
 
-/// The rank a file name states: `rank3.stack.txt`, `nccl_trace_rank_3`.
-pub fn rank_in_name(name: &str) -> Option<u32> {
-    if let Some(at) = name.find("nccl_trace_rank_") {
-        let d: String = name[at + 16..].chars().take_while(char::is_ascii_digit).collect();
-        return d.parse().ok();
-    }
-    let d: String = name.strip_prefix("rank")?.chars().take_while(char::is_ascii_digit).collect();
-    d.parse().ok()
-}
-
 /// Runs until `Finish` and everything seen is shipped, or the deadline.
 pub async fn run(settings: Settings, mut conn: ConnWatch, mut rx: mpsc::Receiver<Msg>) -> Summary {
     let mut watcher = Watcher { settings, last: BTreeMap::new(), done: HashSet::new(), refused: HashSet::new(), extra: Vec::new(), summary: Summary::default() };
@@ -149,7 +139,7 @@ impl Watcher {
         let mut pending = std::mem::take(ready).into_iter();
         for (path, folder, size, mtime) in pending.by_ref() {
             let key = (path.clone(), size, mtime);
-            match upload(client.clone(), session, &self.settings, &path, &folder, mtime).await {
+            match upload(client.clone(), session, self.settings.cap, self.settings.rank, &path, &folder, mtime).await {
                 Ok(name) => {
                     tracing::debug!("shipped snapshot {name}");
                     self.summary.shipped.push(name);
@@ -169,17 +159,5 @@ impl Watcher {
             }
         }
         ready.extend(pending);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranks_from_names() {
-        assert_eq!(rank_in_name("nccl_trace_rank_12"), Some(12));
-        assert_eq!(rank_in_name("rank3.stack.txt"), Some(3));
-        assert_eq!(rank_in_name("core.1234"), None);
     }
 }

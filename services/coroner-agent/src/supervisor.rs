@@ -52,53 +52,95 @@ pub const RESPAWN_AFTER: Duration = Duration::from_secs(5);
 const FORWARDED: [libc::c_int; 6] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
 
 /// Runs the command under the plan and returns the exit code to leave with.
-pub fn run(mut plan: Plan, command: &[std::ffi::OsString]) -> i32 {
-    prepare_folders(&mut plan);
-    // Installed before the child exists, so a signal in between does not kill the supervisor.
-    let forwarder = Forwarder::install();
-    let mut child = match spawn_child(&plan, command) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    plan.child_pid = child.id();
-    let (out, err) = (child.stdout.take(), child.stderr.take());
-    forwarder.target(child.id());
-    // Copies of the pipes' read ends, for each shipper to hold (the pumps close theirs at EOF).
-    let copy = |fd: Option<RawFd>| fd.and_then(|fd| dup_cloexec(fd).ok());
-    let queue = Arc::new(ChunkQueue::new(QUEUE_BYTES));
-    let progress = shared_progress();
-    let feeder = Feeder::new(
-        plan.clone(),
-        queue.clone(),
-        copy(out.as_ref().map(AsRawFd::as_raw_fd)),
-        copy(err.as_ref().map(AsRawFd::as_raw_fd)),
-        progress.as_ref().and_then(|p| dup_cloexec(p.fd()).ok()),
-    );
-    let pumps = start_pumps([out.map(OwnedFd::from), err.map(OwnedFd::from)], &queue, progress.as_ref());
-    let (end_tx, end_rx) = mpsc::channel::<End>();
-    let (done_tx, done_rx) = mpsc::channel::<Option<OwnedFd>>();
-    std::thread::spawn(move || {
-        let shipper = feeder.run(end_rx);
-        let _ = done_tx.send(shipper);
-    });
+pub fn run(plan: Plan, command: &[std::ffi::OsString]) -> i32 {
+    match Running::spawn(plan, command) {
+        Ok(running) => running.wait().flush(),
+        Err(code) => code,
+    }
+}
 
-    let status = wait(&mut child);
-    let at_ns = now_ns();
-    drop(forwarder);
-    // The pipes close when the child and everything it started are gone; a grandchild that
-    // keeps them open is not waited for past the linger.
-    let deadline = Instant::now() + plan.linger();
-    while !pumps.iter().all(|p| p.is_finished()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
+/// The child while it runs, and what carries its output: the pumps, the queue and the feeder
+/// (which starts the shipper).
+struct Running {
+    plan: Plan,
+    child: Child,
+    forwarder: Forwarder,
+    queue: Arc<ChunkQueue>,
+    pumps: Vec<std::thread::JoinHandle<()>>,
+    end_tx: mpsc::Sender<End>,
+    done_rx: mpsc::Receiver<Option<OwnedFd>>,
+}
+
+/// The child has ended and its end is on the way to the shipper.
+struct Ended {
+    status: ExitStatus,
+    linger: Duration,
+    /// The linger counted from the child's end.
+    deadline: Instant,
+    /// Kept until the end: the feeder reads its end from it.
+    _end_tx: mpsc::Sender<End>,
+    done_rx: mpsc::Receiver<Option<OwnedFd>>,
+}
+
+impl Running {
+    /// Starts the command, its pumps and the feeder. When it cannot start, the exit code to
+    /// leave with (see [`spawn_child`]).
+    fn spawn(mut plan: Plan, command: &[std::ffi::OsString]) -> Result<Running, i32> {
+        prepare_folders(&mut plan);
+        // Installed before the child exists, so a signal in between does not kill the supervisor.
+        let forwarder = Forwarder::install();
+        let mut child = spawn_child(&plan, command)?;
+        plan.child_pid = child.id();
+        let (out, err) = (child.stdout.take(), child.stderr.take());
+        forwarder.target(child.id());
+        // Copies of the pipes' read ends, for each shipper to hold (the pumps close theirs at EOF).
+        let copy = |fd: Option<RawFd>| fd.and_then(|fd| dup_cloexec(fd).ok());
+        let queue = Arc::new(ChunkQueue::new(QUEUE_BYTES));
+        let progress = shared_progress();
+        let feeder = Feeder::new(
+            plan.clone(),
+            queue.clone(),
+            copy(out.as_ref().map(AsRawFd::as_raw_fd)),
+            copy(err.as_ref().map(AsRawFd::as_raw_fd)),
+            progress.as_ref().and_then(|p| dup_cloexec(p.fd()).ok()),
+        );
+        let pumps = start_pumps([out.map(OwnedFd::from), err.map(OwnedFd::from)], &queue, progress.as_ref());
+        let (end_tx, end_rx) = mpsc::channel::<End>();
+        let (done_tx, done_rx) = mpsc::channel::<Option<OwnedFd>>();
+        std::thread::spawn(move || {
+            let shipper = feeder.run(end_rx);
+            let _ = done_tx.send(shipper);
+        });
+        Ok(Running { plan, child, forwarder, queue, pumps, end_tx, done_rx })
     }
-    queue.close();
-    let _ = end_tx.send(End { exit_code: status.code(), signal: status.signal(), at_ns, dropped: 0 });
-    // The shipper has until the deadline to deliver what it holds; the rest stays in its spool.
-    let deadline = deadline.max(Instant::now() + plan.linger());
-    if let Ok(Some(delivered)) = done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        wait_delivered(&delivered, deadline);
+
+    /// Waits for the child, then for its pipes to close (a grandchild that keeps them open is
+    /// not waited for past the linger), and sends its end down the feed.
+    fn wait(self) -> Ended {
+        let Running { plan, mut child, forwarder, queue, pumps, end_tx, done_rx } = self;
+        let status = wait(&mut child);
+        let at_ns = now_ns();
+        drop(forwarder);
+        let deadline = Instant::now() + plan.linger();
+        while !pumps.iter().all(|p| p.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        queue.close();
+        let _ = end_tx.send(End { exit_code: status.code(), signal: status.signal(), at_ns, dropped: 0 });
+        Ended { status, linger: plan.linger(), deadline, _end_tx: end_tx, done_rx }
     }
-    exit_code_of(status)
+}
+
+impl Ended {
+    /// The shipper has until the deadline to deliver what it holds (the rest stays in its
+    /// spool); then the exit code to leave with, the child's.
+    fn flush(self) -> i32 {
+        let deadline = self.deadline.max(Instant::now() + self.linger);
+        if let Ok(Some(delivered)) = self.done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            wait_delivered(&delivered, deadline);
+        }
+        exit_code_of(self.status)
+    }
 }
 
 /// Starts the command with its stdout and stderr on pipes and the plan's environment. When it

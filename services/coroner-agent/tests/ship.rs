@@ -2,8 +2,10 @@
 //! bytes and per-stream sequence numbers, the process end is reported, and a fully acknowledged
 //! spool is removed. In launcher mode, lines are filed under the ranks their prefixes name.
 
+mod common;
+
 use coroner_proto::v1;
-use coroner_proto::v1::ingest_server::{Ingest, IngestServer};
+use coroner_proto::v1::ingest_server::Ingest;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use tokio_stream::{Stream, StreamExt};
@@ -64,13 +66,8 @@ async fn serve() -> (Fake, String) {
 }
 
 async fn serve_fake(fake: Fake) -> (Fake, String) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let svc = IngestServer::new(fake.clone());
-    tokio::spawn(async move {
-        tonic::transport::Server::builder().add_service(svc).serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await.unwrap();
-    });
-    (fake, format!("http://{addr}"))
+    let url = common::serve_ingest(fake.clone()).await;
+    (fake, url)
 }
 
 async fn run_agent(server: String, spool: std::path::PathBuf, extra: &[&str], script: &str) -> std::process::Output {

@@ -3,8 +3,10 @@
 //! file appear while the child runs, and each arrives once, whole, with its sha256, kind and rank.
 //! A size cap sends the head of a file with the sha of what was sent and the full size beside it.
 
+mod common;
+
 use coroner_proto::v1;
-use coroner_proto::v1::ingest_server::{Ingest, IngestServer};
+use coroner_proto::v1::ingest_server::Ingest;
 use sha2::{Digest, Sha256};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -65,13 +67,8 @@ impl Ingest for Fake {
 
 async fn serve() -> (Fake, String) {
     let fake = Fake::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let svc = IngestServer::new(fake.clone());
-    tokio::spawn(async move {
-        tonic::transport::Server::builder().add_service(svc).serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)).await.unwrap();
-    });
-    (fake, format!("http://{addr}"))
+    let url = common::serve_ingest(fake.clone()).await;
+    (fake, url)
 }
 
 fn fixture(name: &str) -> std::path::PathBuf {
