@@ -127,7 +127,7 @@ fn the_child_never_sees_the_agents_token() {
     assert!(printed.contains("env-printed") && printed.contains("CORONER_JOB=auth-env"), "{printed}");
     assert!(!printed.contains(WRITE), "the child saw the write token:\n{printed}");
     eventually(Duration::from_secs(20), "the agent's lines never arrived", || {
-        printed(&g.coroner(Some(READ), &["search", "auth-env", "env-printed"]), "env-printed")
+        coroner_tests::printed(&g.coroner(Some(READ), &["search", "auth-env", "env-printed"]), "env-printed")
     });
     let found = g.coroner(Some(READ), &["search", "auth-env", &format!("\"{WRITE}\"")]);
     assert!(found.status.success(), "{}", stderr(&found));

@@ -225,8 +225,10 @@ fn replayed_live_through_agents_the_hang_is_suspected_long_before_the_watchdog()
     let tools = tempfile::tempdir().expect("tempdir");
     fake_py_spy(tools.path());
     let started = Instant::now();
-    let jobs: Vec<LiveJob> =
-        ["nccl2_hang_r1", "gloo8_hang_r5", "nccl2_ok", "gloo4_slow_r2"].iter().map(|b| start(b, &endpoints.grpc_url, spool.path(), tools.path(), started)).collect();
+    let jobs: Vec<LiveJob> = ["nccl2_hang_r1", "gloo8_hang_r5", "nccl2_ok", "gloo4_slow_r2"]
+        .iter()
+        .map(|b| start(b, &endpoints.grpc_url, spool.path(), tools.path(), started))
+        .collect();
     // Each job is watched by a thread of its own, in real time: checked one after the other,
     // a later job's finding could come and go (buffered in its channel) while an earlier one was
     // still being looked at, and its page and withdrawal were then looked for too late.

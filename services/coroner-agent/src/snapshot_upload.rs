@@ -143,7 +143,10 @@ mod tests {
         let header = v1::SnapshotHeader { name: "snapshots/x".into(), ..Default::default() };
         let bytes = vec![7u8; CHUNK + 10];
         let c = chunks("s", &header, &bytes, 5);
-        assert_eq!(c.iter().map(|c| (c.offset, c.data.len(), c.last, c.header.is_some())).collect::<Vec<_>>(), vec![(5, CHUNK, false, true), (CHUNK as u64 + 5, 5, true, false)]);
+        assert_eq!(
+            c.iter().map(|c| (c.offset, c.data.len(), c.last, c.header.is_some())).collect::<Vec<_>>(),
+            vec![(5, CHUNK, false, true), (CHUNK as u64 + 5, 5, true, false)]
+        );
         let at_end = chunks("s", &header, &bytes, bytes.len());
         assert_eq!(at_end.len(), 1);
         assert!(at_end[0].last && at_end[0].data.is_empty() && at_end[0].header.is_some());

@@ -62,7 +62,8 @@ fn stat(p: &Path) -> Option<(u64, SystemTime)> {
 
 /// Runs until `Finish` and everything seen is shipped, or the deadline.
 pub async fn run(settings: Settings, mut conn: ConnWatch, mut rx: mpsc::Receiver<Msg>) -> Summary {
-    let mut watcher = Watcher { settings, last: BTreeMap::new(), done: HashSet::new(), refused: HashSet::new(), extra: Vec::new(), summary: Summary::default() };
+    let mut watcher =
+        Watcher { settings, last: BTreeMap::new(), done: HashSet::new(), refused: HashSet::new(), extra: Vec::new(), summary: Summary::default() };
     let mut deadline: Option<Instant> = None;
     let mut tick = tokio::time::interval(POLL);
     loop {

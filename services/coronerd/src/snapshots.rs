@@ -138,7 +138,9 @@ pub fn content_path(root: &Path, sha256: &str) -> Option<PathBuf> {
 pub fn stored_facts(path: Option<&Path>, kind: &str, name: &str, size: u64) -> coroner_snapshot::Facts {
     match path.map(std::fs::read) {
         Some(Ok(bytes)) => coroner_snapshot::facts(kind, name, &bytes, size),
-        Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => coroner_snapshot::Facts { highlights: vec![format!("unreadable: {e}")], ..Default::default() },
+        Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => {
+            coroner_snapshot::Facts { highlights: vec![format!("unreadable: {e}")], ..Default::default() }
+        }
         _ => coroner_snapshot::Facts::default(),
     }
 }

@@ -163,12 +163,7 @@ impl Ingest for IngestService {
         // Reservations made before each message was decoded (`ingest/prepaid.rs`); a server
         // built without the gate (none in production) reserves after decoding, as before.
         let prepay = req.extensions().get::<Arc<prepaid::Prepay>>().cloned().unwrap_or_else(|| prepaid::Prepay::new(self.budget.clone()));
-        let stream = ShipStream {
-            sessions: self.sessions.clone(),
-            metrics: self.metrics.clone(),
-            idle: self.limits.ingest_idle_timeout,
-            prepay,
-        };
+        let stream = ShipStream { sessions: self.sessions.clone(), metrics: self.metrics.clone(), idle: self.limits.ingest_idle_timeout, prepay };
         Ok(Response::new(Box::pin(stream.start(req.into_inner()))))
     }
 
