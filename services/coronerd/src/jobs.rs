@@ -171,7 +171,7 @@ impl Jobs {
 
     /// Refuses a job id the store does not hold yet once it holds `--max-jobs` (retention makes
     /// room); a job it holds is always admitted.
-    pub async fn admit_new(&self, job: &JobId) -> Result<(), ServiceError> {
+    async fn admit_new(&self, job: &JobId) -> Result<(), ServiceError> {
         let mut known = self.known_jobs.lock().await;
         if self.store.get_job(job).await?.is_some() {
             return Ok(());
@@ -192,7 +192,7 @@ impl Jobs {
     }
 
     /// Closes a job the store no longer holds (deleted by retention) and deletes its index.
-    pub async fn forget(&self, job: &JobId) -> Result<(), ServiceError> {
+    async fn forget(&self, job: &JobId) -> Result<(), ServiceError> {
         if let Some(n) = self.known_jobs.lock().await.as_mut() {
             *n = n.saturating_sub(1);
         }
@@ -212,7 +212,7 @@ impl Jobs {
         .await?
     }
 
-    pub async fn open_jobs(&self) -> Vec<Arc<Job>> {
+    async fn open_jobs(&self) -> Vec<Arc<Job>> {
         self.open.lock().await.values().cloned().collect()
     }
 
@@ -227,5 +227,52 @@ impl Jobs {
         for (job, (fence, _)) in fences {
             ownership::release(&self.store, &self.me, &job, &fence).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    async fn jobs(dir: &std::path::Path, max_jobs: u64) -> Jobs {
+        let mut shared = crate::job::tests::shared(dir, Default::default()).await;
+        shared.limits = Arc::new(crate::limits::LimitsConfig { max_jobs, ..Default::default() });
+        let claimant = coroner_store::Claimant { owner: "test".into(), grpc_address: "http://127.0.0.1:1".into(), http_address: "http://127.0.0.1:2".into() };
+        Jobs::new(shared, CancellationToken::new(), Instance { claimant, ttl: Duration::from_secs(10) })
+    }
+
+    async fn last_seen(jobs: &Jobs, id: &JobId) -> Option<i64> {
+        jobs.list(&JobFilter::default()).await.expect("list the jobs").into_iter().find(|r| &r.job_id == id).map(|r| r.last_seen_ns)
+    }
+
+    #[tokio::test]
+    async fn a_writer_creates_and_touches_a_job_and_a_watcher_only_creates_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let jobs = jobs(dir.path(), 10).await;
+        let (written, watched) = (JobId::parse("written").expect("an id"), JobId::parse("watched").expect("an id"));
+        jobs.heard_from(&written, Some(2), 1_000).await.expect("heard from");
+        jobs.heard_from(&written, None, 2_000).await.expect("heard from again");
+        assert_eq!(last_seen(&jobs, &written).await, Some(2_000));
+        jobs.watched(&written).await.expect("watched");
+        assert_eq!(last_seen(&jobs, &written).await, Some(2_000), "watching a job is not activity");
+        assert_eq!(last_seen(&jobs, &watched).await, None);
+        jobs.watched(&watched).await.expect("a job watched before its agents start");
+        assert!(last_seen(&jobs, &watched).await.is_some(), "created empty");
+        jobs.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn past_max_jobs_a_new_job_is_refused_and_a_known_one_admitted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let jobs = jobs(dir.path(), 1).await;
+        let (first, second) = (JobId::parse("first").expect("an id"), JobId::parse("second").expect("an id"));
+        jobs.heard_from(&first, None, 1_000).await.expect("the first job");
+        let refused = jobs.heard_from(&second, None, 1_000).await.err();
+        assert!(matches!(&refused, Some(ServiceError::ResourceExhausted(m)) if m.contains("--max-jobs")), "{refused:?}");
+        assert!(matches!(jobs.watched(&second).await, Err(ServiceError::ResourceExhausted(_))), "a reader cannot open jobs past the limit either");
+        jobs.heard_from(&first, None, 2_000).await.expect("a known job is always admitted");
+        assert_eq!(jobs.list(&JobFilter::default()).await.expect("list").len(), 1);
+        jobs.shutdown().await;
     }
 }

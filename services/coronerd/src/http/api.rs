@@ -45,7 +45,7 @@ pub async fn jobs(State(s): State<AppState>) -> Response {
                 .collect::<Vec<_>>(),
         )
         .into_response(),
-        Err(e) => error_json(e.into()),
+        Err(e) => error_json(e),
     }
 }
 

@@ -19,7 +19,7 @@ pub async fn page_handler(s: &AppState, f: Filter) -> Response {
     };
     let rows = match s.jobs.list(&filter).await {
         Ok(rows) => rows,
-        Err(e) => return error_page(e.into()),
+        Err(e) => return error_page(e),
     };
     let mut body = String::from("<h1>coroner: jobs</h1>");
     body.push_str(&format!(

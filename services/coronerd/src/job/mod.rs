@@ -24,7 +24,7 @@ mod reporter;
 mod shared;
 mod state;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use claims::{Granted, Opening};
 pub use committer::Reply;

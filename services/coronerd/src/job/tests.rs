@@ -8,7 +8,8 @@ use crate::writers::Writers;
 use coroner_analysis::live::LiveConfig;
 use coroner_model::{Rank, Stream};
 
-async fn shared(dir: &std::path::Path, live: LiveConfig) -> Shared {
+/// What a server's jobs share, on a SQLite store in `dir` (also for `jobs.rs`' tests).
+pub(crate) async fn shared(dir: &std::path::Path, live: LiveConfig) -> Shared {
     let store = coroner_store::connect(&format!("sqlite://{}?mode=rwc", dir.join("coroner.db").display())).await.expect("a store");
     let metrics = Arc::new(Metrics::default());
     Shared {
