@@ -7,7 +7,7 @@ use crate::evidence::JobEvidence;
 use crate::findings::{root_findings, Finding};
 use crate::progress::Progress;
 use crate::rules::RuleSet;
-use crate::{cancel, hang, hardware, majority, mismatch, partial, stall};
+use crate::{cancel, hang, hardware, launcher_stop, majority, mismatch, partial, stall};
 use coroner_model::{FaultClass, Nanos, Rank, Verdict};
 
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
@@ -211,8 +211,30 @@ pub fn diagnose<'a>(
         };
     }
 
+    if let Some(s) = launcher_stop::find(evidence) {
+        let aligned = s.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+        return Diagnosis {
+            verdict: Verdict::Failed,
+            first: Some(FirstFinding {
+                rank: None,
+                candidates: s.candidates,
+                class: s.class,
+                confidence: 0.3,
+                aligned_ns: aligned,
+                summary: s.summary,
+                rule_id: None,
+                advice: Some(LAUNCHER_STOP_ADVICE.to_string()),
+                events: s.events,
+                ordering_note: None,
+            }),
+            other_roots: Vec::new(),
+        };
+    }
+
     Diagnosis { verdict: verdict_without_failure(evidence), first: None, other_roots: Vec::new() }
 }
+
+const LAUNCHER_STOP_ADVICE: &str = "The failed worker's own lines are not in these logs: collect every rank's output (torchrun --tee 3 or --log-dir, mpirun --tag-output, one file per rank) and analyze them together; the first error there is the cause.";
 
 /// The ranks whose collective differs from the majority at the same point (`majority.rs`).
 fn from_majority<'a>(m: majority::MajorityFinding<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Diagnosis<'a> {

@@ -105,10 +105,26 @@ fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, 
         rule: verdict.rule,
         confidence: verdict.confidence(),
         aligned_ns: clock.aligned(Some(rank), host_ns.unwrap_or(0)),
-        events: Vec::new(),
+        events: launcher_reports(evidence, rank),
         from_end: Some(end.cause().describe()),
         undated: host_ns.is_none(),
     })
+}
+
+/// The launcher's lines that report how `rank`'s worker ended (torchrun's `failed (exitcode: -9)
+/// local_rank: 3`, a failure table's row, mp.spawn's `process 3 terminated with signal SIGKILL`):
+/// the evidence of an end the rank's own lines do not show. A report that names only a local
+/// rank is taken for that rank when no global rank is said (one node, where they agree).
+fn launcher_reports(evidence: &JobEvidence, rank: Rank) -> Vec<&Event> {
+    evidence
+        .unowned
+        .iter()
+        .filter(|e| match &e.kind {
+            EventKind::LauncherWorkerFailed(f) => f.global_rank == Some(rank) || (f.global_rank.is_none() && f.local_rank == Some(rank.0)),
+            _ => false,
+        })
+        .take(2)
+        .collect()
 }
 
 /// When the launcher's failure table says the worker of global rank `rank` failed (its row's

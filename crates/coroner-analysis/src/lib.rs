@@ -20,6 +20,7 @@ mod gpu_memory;
 mod hang;
 mod hardware;
 pub mod history;
+mod launcher_stop;
 pub mod live;
 mod majority;
 #[cfg(test)]

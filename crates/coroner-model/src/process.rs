@@ -61,6 +61,14 @@ pub fn signal_name(sig: i32) -> &'static str {
     }
 }
 
+/// The number of a POSIX signal from its conventional name (`SIGKILL`, or `KILL`), the inverse of
+/// [`signal_name`]; `None` for a name it does not know.
+pub fn signal_number(name: &str) -> Option<i32> {
+    let name = name.trim();
+    let bare = name.strip_prefix("SIG").unwrap_or(name);
+    [1, 2, 3, 4, 6, 7, 8, 9, 11, 13, 14, 15].into_iter().find(|&n| signal_name(n).strip_prefix("SIG") == Some(bare))
+}
+
 impl ProcessEndCause {
     pub fn describe(self) -> String {
         match self {
@@ -87,5 +95,15 @@ mod tests {
         assert_eq!(end(Some(139), None).cause(), ProcessEndCause::Signal(11));
         assert_eq!(end(Some(1), None).cause(), ProcessEndCause::ExitCode(1));
         assert!(end(Some(0), None).succeeded());
+    }
+
+    #[test]
+    fn signal_names_read_back_to_their_numbers() {
+        for n in [1, 2, 3, 4, 6, 7, 8, 9, 11, 13, 14, 15] {
+            assert_eq!(signal_number(signal_name(n)), Some(n));
+        }
+        assert_eq!(signal_number("KILL"), Some(9));
+        assert_eq!(signal_number("SIGWHAT"), None);
+        assert_eq!(signal_number("signal"), None);
     }
 }

@@ -85,8 +85,14 @@ fn operator_pod_exit(t: &str) -> Option<EventKind> {
 /// - `torch.distributed.launch`: `subprocess.CalledProcessError: Command '[... '--local_rank=7' ...]' died with <Signals.SIGSEGV: 11>.`
 ///   (or `returned non-zero exit status 1.`), only when the command was a training worker (it
 ///   names a `--local_rank`);
-/// - Open MPI: `mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed).`;
-/// - TGI: `Shard process was signaled to shutdown with signal 4 rank=0`, `Shard 0 failed to start`.
+/// - Open MPI: `mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed).`,
+///   and `Primary job  terminated normally, but 1 process returned` (the job aborted for a
+///   process it does not name: no rank);
+/// - TGI: `Shard process was signaled to shutdown with signal 4 rank=0`, `Shard 0 failed to start`;
+/// - `torch.multiprocessing.spawn` (`mp.spawn`), whose process index is the worker's local rank:
+///   `ProcessExitedException: process 1 terminated with signal SIGKILL` (older torch: a bare
+///   `Exception: process 1 ...`), `process 0 terminated with exit code 1`, and the header of a
+///   worker's relayed traceback, `-- Process 2 terminated with the following error:`.
 pub fn worker_end(t: &str) -> Option<EventKind> {
     let failure = |global: Option<u64>, local: Option<u64>, code: Option<i64>, signal: Option<i64>, pid: Option<u64>| {
         let (exit_code, sig) = split_code(code.and_then(|c| i32::try_from(c).ok()));
@@ -132,6 +138,15 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
             return Some(failure(rank, local, code, None, num_after(&t[at..], "(pid:")));
         }
     }
+    // Open MPI aborting the job for a process it does not name here (`Primary job  terminated
+    // normally, but 1 process returned` / `a non-zero exit code. Per user-direction, the job has
+    // been aborted.`); the "first process to do so" block, when it follows, names it.
+    if t.trim_start().starts_with("Primary job") && t.contains("terminated normally, but") && t.contains("returned") {
+        return Some(failure(None, None, None, None, None));
+    }
+    if let Some((index, code, signal)) = spawn_process_end(t) {
+        return Some(failure(None, Some(index), code, signal, None));
+    }
     if let Some(at) = t.find("signaled to shutdown with signal ") {
         let r = &t[at..];
         return Some(failure(num_after(r, "rank="), None, None, num_after(r, "with signal ").map(|v| v as i64), None));
@@ -144,6 +159,34 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
         }
     }
     None
+}
+
+/// `mp.spawn`'s report of one of its processes' end: (process index, exit code, signal). A
+/// process that raised is relayed with its traceback and exits 1 (`_wrap` in
+/// torch/multiprocessing/spawn.py).
+fn spawn_process_end(t: &str) -> Option<(u64, Option<i64>, Option<i64>)> {
+    if let Some(at) = t.find("-- Process ") {
+        let r = &t[at + "-- Process ".len()..];
+        let (index, rest) = r.split_once(' ')?;
+        if !rest.starts_with("terminated with the following error") {
+            return None;
+        }
+        return Some((index.parse().ok()?, Some(1), None));
+    }
+    let at = t.find("process ")?;
+    let head = &t[..at];
+    if !(head.ends_with("Exception: ") || head.ends_with("ProcessExitedException: ")) {
+        return None;
+    }
+    let r = &t[at + "process ".len()..];
+    let (index, rest) = r.split_once(' ')?;
+    let index = index.parse().ok()?;
+    if let Some(name) = rest.strip_prefix("terminated with signal ") {
+        let signal = coroner_model::signal_number(name.split_whitespace().next()?.trim_end_matches(['.', '`']))?;
+        return Some((index, None, Some(i64::from(signal))));
+    }
+    let code = rest.strip_prefix("terminated with exit code ")?;
+    Some((index, leading_i64(code), None))
 }
 
 /// DeepSpeed's launcher report of a worker's end wrapped over several lines (the worker's whole
@@ -484,6 +527,12 @@ mod tests {
         );
         assert_eq!(one("2023-12-16T09:36:24.632149Z ERROR text_generation_launcher: Shard 1 failed to start"), (Some(1), None, None, None));
         assert_eq!(one("rank2 (local rank: 2)exitcode: -9 (pid: 36071)error file: <N/A>"), (Some(2), Some(2), None, Some(9)));
+        assert_eq!(one("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal SIGKILL"), (None, Some(0), None, Some(9)));
+        assert_eq!(one("Exception: process 3 terminated with signal SIGSEGV"), (None, Some(3), None, Some(11)));
+        assert_eq!(one("Exception: process 1 terminated with exit code 1"), (None, Some(1), Some(1), None));
+        assert_eq!(one("-- Process 2 terminated with the following error:"), (None, Some(2), Some(1), None));
+        assert!(worker_end("RuntimeError: process 3 terminated with signal SIGKILL").is_none(), "only spawn's own exceptions");
+        assert_eq!(one("Primary job  terminated normally, but 1 process returned"), (None, None, None, None));
         assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");
         // A build step that failed is not a training worker's end.
         assert!(worker_end("subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.").is_none());

@@ -67,8 +67,9 @@ pub fn split_rank_prefix(line: &[u8]) -> RankPrefix {
 /// ANSI colour codes (vLLM), a container runtime's RFC 3339 stamp
 /// (`2025-04-06T07:55:21.108632509Z `), docker compose's service column (`vllm-1  | `),
 /// Determined's `<info>    [2021-12-07 10:43:05] 087c0ee7 || `, a log viewer's line number
-/// (`[80746] `), and a NeMo-Run role (`i.pretrain/0 `, `nemo.collections.llm.api.finetune/0 `).
-/// The last four only at the very start of the line.
+/// (`[80746] `), a NeMo-Run role (`i.pretrain/0 `, `nemo.collections.llm.api.finetune/0 `), and
+/// quoting marks (`> `, a comment's `# ` before a printed time). All but ANSI codes only at the
+/// very start of the line.
 fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if s.starts_with(b"\x1b[") {
         let end = s.iter().skip(2).take(16).position(|b| b.is_ascii_alphabetic())? + 3;
@@ -80,6 +81,15 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     // A reply quoting a log e-mail style: `> ` (or a bare `>` on an empty quoted line).
     if s.first() == Some(&b'>') && s.get(1).is_none_or(|b| *b == b' ') {
         return Some(s.len().min(2));
+    }
+    // A log pasted into code as comments, `# ` before each line: skipped only when a printed
+    // time or a glog header follows (`# 2023-02-24 15:02:52.048815: E ...`, `# E0405 18:39:10...`),
+    // so that a commented line of prose or code stays what it is.
+    if let Some(rest) = s.strip_prefix(b"# ") {
+        let glog = rest.len() > 5 && matches!(rest[0], b'I' | b'W' | b'E' | b'F') && rest[1..5].iter().all(u8::is_ascii_digit);
+        if rest.first().is_some_and(u8::is_ascii_digit) || glog {
+            return Some(2);
+        }
     }
     // A tool that captured a child's streams and prints each line under the stream's name
     // (`accelerate test`, test runners): `stderr: ` / `stdout: `.
@@ -328,6 +338,10 @@ mod tests {
         let p = split_rank_prefix(line);
         assert_eq!((p.global_rank, p.rest(line)), (Some(1), &b"[E131 16:15:16.707598872 ProcessGroupNCCL.cpp:1595] x"[..]));
         assert_eq!(split_rank_prefix(b">").len, 1);
+        let line = b"# 2023-02-24 15:02:52.048815: E external/xla/pjrt/client.cc:2410] Execution of replica 0 failed";
+        assert_eq!(split_rank_prefix(line).rest(line), b"2023-02-24 15:02:52.048815: E external/xla/pjrt/client.cc:2410] Execution of replica 0 failed");
+        let line = b"# E0405 18:39:10.837983     387 coordination_service_agent.cc:455] Polled an error";
+        assert_eq!(split_rank_prefix(line).rest(line), b"E0405 18:39:10.837983     387 coordination_service_agent.cc:455] Polled an error");
         let line = b"stderr: RuntimeError: NCCL error in: x";
         assert_eq!(split_rank_prefix(line).rest(line), b"RuntimeError: NCCL error in: x");
         let line = b"2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee-a44c-4795-967c-7183a83b3160] OSError: [Errno 28] No space left on device";
@@ -343,6 +357,8 @@ mod tests {
             b"2026-11-30 08:58:51,398 INFO x",
             b">>> import torch",
             b">x",
+            b"# Step 1 - Loss: 0.000104904",
+            b"# Error handling below",
             b"2026-11-30 08:58:51.398 [rank0] step 4",
             b"2026-11-30 08:58:51.398 [train/1 (pid 3)x",
         ] {
