@@ -164,7 +164,7 @@ mod tests {
     use super::*;
 
     fn finding(rank: u32) -> SuspectedHang {
-        SuspectedHang { rank: Rank(rank), summary: format!("rank {rank} is silent"), raised_at: "t".into(), ..Default::default() }
+        crate::notify::finding(rank, None, &format!("rank {rank} is silent"), None, "t")
     }
 
     #[test]

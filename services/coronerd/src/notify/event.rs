@@ -220,10 +220,29 @@ pub fn suspect_host(job: &str, host: &str, reason: &str, at_ns: i64) -> Event {
     e
 }
 
+/// A suspicion as the live monitor raises one, for tests.
+#[cfg(test)]
+pub(crate) fn finding(rank: u32, host: Option<&str>, summary: &str, last_line_time: Option<&str>, raised_at: &str) -> SuspectedHang {
+    SuspectedHang {
+        rank: coroner_model::Rank(rank),
+        host: host.map(str::to_string),
+        why: "behind".into(),
+        summary: summary.into(),
+        last_step: None,
+        peers_step: None,
+        steps_behind: 0,
+        silent_ms: 0,
+        threshold_ms: 0,
+        median_step_ms: None,
+        last_line_time: last_line_time.map(str::to_string),
+        last_lines: Vec::new(),
+        raised_at: raised_at.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use coroner_model::Rank;
 
     fn job() -> JobId {
         JobId::parse("train-7").expect("job id")
@@ -277,14 +296,7 @@ mod tests {
 
     #[test]
     fn a_hang_and_its_end_share_a_key_tied_to_the_silence() {
-        let f = SuspectedHang {
-            rank: Rank(5),
-            host: Some("node-2".into()),
-            summary: "rank 5 silent for 12 s".into(),
-            last_line_time: Some("2026-12-01T10:00:00Z".into()),
-            raised_at: "2026-12-01T10:00:12Z".into(),
-            ..Default::default()
-        };
+        let f = finding(5, Some("node-2"), "rank 5 silent for 12 s", Some("2026-12-01T10:00:00Z"), "2026-12-01T10:00:12Z");
         let raised = hang(&job(), &f, 1);
         let over = hang_over(&job(), &f, 2, "it printed again");
         assert_eq!(raised.key, "rank=5;since=2026-12-01T10:00:00Z");

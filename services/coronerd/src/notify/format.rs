@@ -132,10 +132,10 @@ fn alert(e: &Event) -> Value {
 mod tests {
     use super::*;
     use crate::notify::event;
-    use coroner_model::{JobId, Rank, SuspectedHang};
+    use coroner_model::{JobId, SuspectedHang};
 
     fn hang_finding() -> SuspectedHang {
-        SuspectedHang { rank: Rank(5), host: Some("node-2".into()), summary: "rank 5 <silent> & behind".into(), raised_at: "t".into(), ..Default::default() }
+        event::finding(5, Some("node-2"), "rank 5 <silent> & behind", None, "t")
     }
 
     fn body(r: &Request) -> Value {

@@ -103,10 +103,20 @@ async fn flagged_hosts(ctx: &Context) -> Option<BTreeSet<(String, String)>> {
 
 /// Claims an event and delivers it to the sinks that want it; a verdict also ends the job's
 /// suspicions of hanging that are still open (a server restarted while the job ended).
-async fn raise(ctx: &Arc<Context>, mut e: Event) {
+async fn raise(ctx: &Arc<Context>, e: Event) {
     if ctx.settings.sinks.is_empty() {
         return;
     }
+    let verdict = (e.kind == Kind::Verdict).then(|| e.clone());
+    claim_and_deliver(ctx, e).await;
+    if let Some(v) = verdict {
+        for over in open_hangs_ended_by(ctx, &v).await {
+            claim_and_deliver(ctx, over).await;
+        }
+    }
+}
+
+async fn claim_and_deliver(ctx: &Arc<Context>, mut e: Event) {
     e.report_url = Some(format!("{}/jobs/{}", ctx.http_base.trim_end_matches('/'), e.job_id));
     let sinks: Vec<&Sink> = ctx.settings.sinks.iter().filter(|s| s.topics.contains(e.topic())).collect();
     let record = NotificationEvent {
@@ -127,22 +137,28 @@ async fn raise(ctx: &Arc<Context>, mut e: Event) {
         Ok(false) => tracing::debug!(event = %e.id, "notify: sent before"),
         Err(err) => tracing::warn!(event = %e.id, error = %err, "notify: cannot claim the event; it is not sent"),
     }
-    if e.kind == Kind::Verdict {
-        Box::pin(end_open_hangs(ctx, &e)).await;
-    }
 }
 
-async fn end_open_hangs(ctx: &Arc<Context>, verdict: &Event) {
-    let (hangs, overs) = match (ctx.store.notification_events(&verdict.job_id, Kind::Hang.as_str()).await, ctx.store.notification_events(&verdict.job_id, Kind::HangOver.as_str()).await) {
+/// The ends of the job's hang events that have none yet, as of its verdict.
+async fn open_hangs_ended_by(ctx: &Context, verdict: &Event) -> Vec<Event> {
+    let (hangs, overs) = match (
+        ctx.store.notification_events(&verdict.job_id, Kind::Hang.as_str()).await,
+        ctx.store.notification_events(&verdict.job_id, Kind::HangOver.as_str()).await,
+    ) {
         (Ok(h), Ok(o)) => (h, o),
-        (Err(e), _) | (_, Err(e)) => return tracing::warn!(job = %verdict.job_id, error = %e, "notify: cannot read the job's hang events"),
-    };
-    let over: BTreeSet<&str> = overs.iter().map(|o| o.key.as_str()).collect();
-    for h in hangs.iter().filter(|h| !over.contains(h.key.as_str())) {
-        if let Ok(hang) = serde_json::from_str::<Event>(&h.payload_json) {
-            raise(ctx, event::over(hang, verdict.at_ns, &format!("the job's verdict is {}", verdict.verdict))).await;
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(job = %verdict.job_id, error = %e, "notify: cannot read the job's hang events");
+            return Vec::new();
         }
-    }
+    };
+    let ended: BTreeSet<&str> = overs.iter().map(|o| o.key.as_str()).collect();
+    let why = format!("the job's verdict is {}", verdict.verdict);
+    hangs
+        .iter()
+        .filter(|h| !ended.contains(h.key.as_str()))
+        .filter_map(|h| serde_json::from_str::<Event>(&h.payload_json).ok())
+        .map(|hang| event::over(hang, verdict.at_ns, &why))
+        .collect()
 }
 
 /// Deliveries a previous process left pending.
@@ -228,5 +244,65 @@ async fn deliver(ctx: &Context, sink: &Sink, event: &Event, attempts_before: u32
             DeliveryState::Pending => ctx.metrics.alerting.notified(&sink.name, Outcome::Retried),
         }
         tokio::time::sleep(backoff::delay(&retry, attempt, fastrand::f64())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notify::config::Retry;
+    use crate::notify::format::Format;
+    use coroner_model::JobId;
+
+    /// A notifier context on a fresh SQLite store, its one sink refusing connections (port 9, the
+    /// discard port, is closed on loopback), one attempt per delivery.
+    async fn context(dir: &std::path::Path) -> Arc<Context> {
+        let store = coroner_store::connect(&format!("sqlite://{}?mode=rwc", dir.join("coroner.db").display())).await.expect("a store");
+        let sink = Sink {
+            name: "oncall".into(),
+            format: Format::Slack,
+            url: "http://127.0.0.1:9/hook".parse().expect("url"),
+            secret: None,
+            topics: ["failed", "hang", "hang_over"].into_iter().map(String::from).collect(),
+        };
+        let settings = Settings { sinks: vec![sink], retry: Retry { attempts: 1, ..Retry::default() } };
+        Arc::new(Context { store, metrics: Arc::default(), settings, poster: Poster::new(), http_base: "http://coroner:7071".into(), slots: Semaphore::new(4) })
+    }
+
+    fn failed(job: &JobId, at: i64) -> Event {
+        let standing = Standing { verdict: coroner_model::Verdict::Failed, rank: Some(1), host: None, class: Some("cuda_oom".into()), summary: String::new() };
+        event::on_report(job, None, &standing, at).remove(0)
+    }
+
+    use crate::notify::Standing;
+
+    #[tokio::test]
+    async fn an_event_raised_again_is_not_sent_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ctx = context(dir.path()).await;
+        let job = JobId::parse("j").expect("id");
+        raise(&ctx, failed(&job, 1)).await;
+        // The report computed again (a restart, another instance): the same identity.
+        raise(&ctx, failed(&job, 2)).await;
+        let log = ctx.store.deliveries(&DeliveryFilter::default()).await.expect("log");
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert!(log[0].event.payload_json.contains("http://coroner:7071/jobs/j"), "{}", log[0].event.payload_json);
+    }
+
+    #[tokio::test]
+    async fn a_verdict_ends_the_hangs_still_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ctx = context(dir.path()).await;
+        let job = JobId::parse("j").expect("id");
+        let (three, five) = (event::finding(3, Some("n3"), "s", Some("t3"), "r"), event::finding(5, Some("n5"), "s", Some("t5"), "r"));
+        for f in [&three, &five] {
+            raise(&ctx, event::hang(&job, f, 1)).await;
+        }
+        raise(&ctx, event::hang_over(&job, &five, 2, "it printed again")).await;
+        raise(&ctx, failed(&job, 3)).await;
+        let overs = ctx.store.notification_events("j", "hang_over").await.expect("events");
+        let keys: Vec<&str> = overs.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["rank=5;since=t5", "rank=3;since=t3"]);
+        assert!(overs[1].payload_json.contains("the job's verdict is failed"), "{}", overs[1].payload_json);
     }
 }
