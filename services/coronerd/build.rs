@@ -12,7 +12,10 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CORONER_COMMIT");
     let commit = std::env::var("CORONER_COMMIT").ok().filter(|c| !c.is_empty()).or_else(|| git(&["rev-parse", "--short=12", "HEAD"]));
     // Rebuild when HEAD moves: HEAD itself, and the branch file it points to.
-    for path in [git(&["rev-parse", "--git-path", "HEAD"]), git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r]))].into_iter().flatten() {
+    for path in [git(&["rev-parse", "--git-path", "HEAD"]), git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r]))]
+        .into_iter()
+        .flatten()
+    {
         if std::path::Path::new(&path).exists() {
             println!("cargo:rerun-if-changed={path}");
         }

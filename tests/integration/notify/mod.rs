@@ -40,6 +40,36 @@ fn events(got: &[Received]) -> Vec<serde_json::Value> {
     got.iter().map(|r| r.json()["event"].clone()).collect()
 }
 
+/// Sends `job` a rank that runs out of GPU memory (OTLP, in process) and waits until its report is failed.
+fn fail_job(served: &TestServer, job: &str) {
+    let t0 = coroner_model::now_ns() as u64;
+    let lines = ["step 1 loss 2.1", "Traceback (most recent call last):", "  File \"train.py\", line 10, in <module>", OOM];
+    runtime().block_on(async {
+        let mut logs = LogsServiceClient::connect(served.grpc_url.clone()).await.expect("connect");
+        let resource_logs = vec![resource(job, 0, "node-a", t0, &["step 1 loss 2.1", "step 2 loss 2.0"]), resource(job, 1, "node-b", t0, &lines)];
+        logs.export(ExportLogsServiceRequest { resource_logs }).await.expect("export");
+    });
+    report_until(served, job, |r| r["verdict"] == "failed");
+}
+
+const OOM: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB";
+
+/// Polls the job's report (HTTP, no CLI) until `check` holds on it, at most 30 s.
+fn report_until(served: &TestServer, job: &str, check: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = served.get(&format!("/jobs/{job}/report.json"));
+        if status == 200 {
+            let r: serde_json::Value = serde_json::from_str(&body).expect("report JSON");
+            if check(&r) {
+                return r;
+            }
+        }
+        assert!(Instant::now() < deadline, "{job}: {status} {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn metric_line(served: &TestServer, prefix: &str) -> Option<String> {
     let (_, text) = served.get("/metrics");
     text.lines().find(|l| l.starts_with(prefix)).map(str::to_string)
@@ -54,10 +84,10 @@ fn a_failed_job_is_one_signed_event_and_not_sent_again_after_a_restart() {
         c.notify.webhook = Some(format!("{}/hook", hook.url));
         c.notify.webhook_secret_file = Some(secret.clone());
     });
-    served.import("nccl2_oom_r1", "notify-oom");
-    let settled = Instant::now();
+    let sent = Instant::now();
+    fail_job(&served, "notify-oom");
     let got = hook.until("the failed job's event", |g| !g.is_empty());
-    eprintln!("notify: the webhook had the failure {:?} after the report settled (the import's own time excluded)", settled.elapsed());
+    eprintln!("notify: the webhook had the failure {:?} after its lines were sent", sent.elapsed());
     let e = &events(&got)[0];
     assert_eq!((e["kind"].as_str(), e["job_id"].as_str(), e["verdict"].as_str()), (Some("verdict"), Some("notify-oom"), Some("failed")), "{e:#}");
     assert_eq!((e["rank"].as_u64(), e["class"].as_str()), (Some(1), Some("cuda_oom")), "{e:#}");
@@ -72,9 +102,16 @@ fn a_failed_job_is_one_signed_event_and_not_sent_again_after_a_restart() {
     let t0 = coroner_model::now_ns() as u64;
     runtime().block_on(async {
         let mut logs = LogsServiceClient::connect(served.grpc_url.clone()).await.expect("connect");
-        logs.export(ExportLogsServiceRequest { resource_logs: vec![resource("notify-oom", 0, "node-a", t0, &["a line after the restart"])] }).await.expect("export");
+        logs.export(ExportLogsServiceRequest { resource_logs: vec![resource("notify-oom", 0, "node-a", t0, &["a line after the restart"])] })
+            .await
+            .expect("export");
     });
-    served.report_until("notify-oom", "the report recomputed after the restart", |r| r["verdict"] == "failed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric_line(&served, "coroner_report_builds_total ").is_none_or(|l| l.ends_with(" 0")) {
+        assert!(Instant::now() < deadline, "the restarted server computed no report");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(report_until(&served, "notify-oom", |_| true)["verdict"], "failed");
     let (_, log) = served.get_json("/api/notifications?job=notify-oom");
     let rows = log.as_array().expect("the delivery log");
     assert_eq!(rows.len(), 1, "{log:#}");
@@ -115,7 +152,8 @@ fn a_suspected_hang_and_its_end_arrive_as_events() {
             resumed |= hanging;
             let now = coroner_model::now_ns() as u64;
             let ranks = (0..4).filter(|r| *r != 2 || step < 10 || resumed);
-            let resource_logs = ranks.map(|r| resource(job, r, &format!("node-{r}"), now, &[&format!("INFO train: step {step} loss 1.{}", step * 7 % 10)])).collect();
+            let resource_logs =
+                ranks.map(|r| resource(job, r, &format!("node-{r}"), now, &[&format!("INFO train: step {step} loss 1.{}", step * 7 % 10)])).collect();
             logs.export(ExportLogsServiceRequest { resource_logs }).await.expect("export");
             step += 1;
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -146,7 +184,7 @@ fn retries_reach_a_receiver_that_failed_twice_and_slack_and_alertmanager_get_the
     );
     std::fs::write(&config, toml).expect("write the config");
     let served = TestServer::start_with(|c| c.notify.notify_config = Some(config.clone()));
-    served.import("nccl2_oom_r1", "notify-retry");
+    fail_job(&served, "notify-retry");
     let got = rx.until("three tries on /hook, and Slack and Alertmanager", |g| {
         g.iter().filter(|r| r.path == "/hook").count() >= 3 && g.iter().any(|r| r.path == "/slack") && g.iter().any(|r| r.path == "/api/v2/alerts")
     });
@@ -184,8 +222,14 @@ fn retries_reach_a_receiver_that_failed_twice_and_slack_and_alertmanager_get_the
     let rows = log.as_array().expect("rows");
     let oncall = rows.iter().find(|r| r["sink"] == "oncall").unwrap_or_else(|| panic!("{log:#}"));
     assert_eq!((oncall["attempts"].as_u64(), oncall["last_status"].as_u64()), (Some(3), Some(200)), "{log:#}");
-    assert_eq!(metric_line(&served, "coroner_notifications_total{sink=\"oncall\",outcome=\"retried\"}").as_deref(), Some("coroner_notifications_total{sink=\"oncall\",outcome=\"retried\"} 2"));
-    assert_eq!(metric_line(&served, "coroner_notifications_total{sink=\"oncall\",outcome=\"delivered\"}").as_deref(), Some("coroner_notifications_total{sink=\"oncall\",outcome=\"delivered\"} 1"));
+    assert_eq!(
+        metric_line(&served, "coroner_notifications_total{sink=\"oncall\",outcome=\"retried\"}").as_deref(),
+        Some("coroner_notifications_total{sink=\"oncall\",outcome=\"retried\"} 2")
+    );
+    assert_eq!(
+        metric_line(&served, "coroner_notifications_total{sink=\"oncall\",outcome=\"delivered\"}").as_deref(),
+        Some("coroner_notifications_total{sink=\"oncall\",outcome=\"delivered\"} 1")
+    );
     let (status, body) = served.get("/api/notifications?state=lost");
     assert!(status == 400 && body.contains("pending, delivered or failed"), "{status} {body}");
 }

@@ -60,7 +60,11 @@ impl Receiver {
             if check(&got) {
                 return got;
             }
-            assert!(Instant::now() < deadline, "{what}: received {:#?}", got.iter().map(|r| (r.path.clone(), String::from_utf8_lossy(&r.body).into_owned())).collect::<Vec<_>>());
+            assert!(
+                Instant::now() < deadline,
+                "{what}: received {:#?}",
+                got.iter().map(|r| (r.path.clone(), String::from_utf8_lossy(&r.body).into_owned())).collect::<Vec<_>>()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

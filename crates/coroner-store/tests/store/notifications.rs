@@ -53,9 +53,14 @@ pub async fn delivery_attempts_are_logged_and_filtered(store: Store) -> Result<(
     store.claim_notification(&e, &["oncall", "am"]).await?;
     store.update_delivery(&attempt(&e, "oncall", DeliveryState::Pending, 1, 110)).await?;
     store.update_delivery(&DeliveryUpdate { last_status: Some(200), last_error: None, ..attempt(&e, "oncall", DeliveryState::Delivered, 2, 120) }).await?;
-    store.update_delivery(&DeliveryUpdate { last_status: None, last_error: Some("connection refused"), ..attempt(&e, "am", DeliveryState::Failed, 5, 130) }).await?;
+    store
+        .update_delivery(&DeliveryUpdate { last_status: None, last_error: Some("connection refused"), ..attempt(&e, "am", DeliveryState::Failed, 5, 130) })
+        .await?;
     let log = store.deliveries(&DeliveryFilter::default()).await?;
-    assert_eq!(log.iter().map(|d| (d.sink.as_str(), d.state, d.attempts)).collect::<Vec<_>>(), [("am", DeliveryState::Failed, 5), ("oncall", DeliveryState::Delivered, 2)]);
+    assert_eq!(
+        log.iter().map(|d| (d.sink.as_str(), d.state, d.attempts)).collect::<Vec<_>>(),
+        [("am", DeliveryState::Failed, 5), ("oncall", DeliveryState::Delivered, 2)]
+    );
     assert_eq!((log[0].last_status, log[0].last_error.as_deref(), log[0].updated_ns), (None, Some("connection refused"), 130));
     assert_eq!((log[1].last_status, log[1].last_error.as_deref()), (Some(200), None));
     let failed = store.deliveries(&DeliveryFilter { state: Some(DeliveryState::Failed), ..Default::default() }).await?;

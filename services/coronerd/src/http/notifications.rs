@@ -27,7 +27,11 @@ fn filter(q: LogQuery) -> Result<DeliveryFilter, ServiceError> {
     };
     let limit = match q.limit.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => 100,
-        Some(l) => l.parse::<u32>().ok().filter(|n| (1..=MAX_ROWS).contains(n)).ok_or_else(|| ServiceError::InvalidArgument(format!("limit {l:?}: give 1 to {MAX_ROWS}")))?,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_ROWS).contains(n))
+            .ok_or_else(|| ServiceError::InvalidArgument(format!("limit {l:?}: give 1 to {MAX_ROWS}")))?,
     };
     Ok(DeliveryFilter { job_id: q.job.filter(|j| !j.is_empty()), state, limit })
 }
@@ -66,9 +70,14 @@ mod tests {
 
     #[test]
     fn bad_filters_are_refused_with_what_to_give() {
-        assert_eq!(filter(q(Some("failed"), Some("5"))).expect("valid"), DeliveryFilter { job_id: Some("j".into()), state: Some(DeliveryState::Failed), limit: 5 });
+        assert_eq!(
+            filter(q(Some("failed"), Some("5"))).expect("valid"),
+            DeliveryFilter { job_id: Some("j".into()), state: Some(DeliveryState::Failed), limit: 5 }
+        );
         assert_eq!(filter(q(None, None)).expect("valid").limit, 100);
-        for (state, limit, want) in [(Some("lost"), None, "pending, delivered or failed"), (None, Some("0"), "give 1 to 1000"), (None, Some("x"), "give 1 to 1000")] {
+        for (state, limit, want) in
+            [(Some("lost"), None, "pending, delivered or failed"), (None, Some("0"), "give 1 to 1000"), (None, Some("x"), "give 1 to 1000")]
+        {
             let e = filter(q(state, limit)).expect_err("refused").to_string();
             assert!(e.contains(want), "{e}");
         }

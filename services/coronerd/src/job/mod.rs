@@ -69,7 +69,14 @@ impl Job {
         Ok(Job::start(id.clone(), index, Arc::new(Evidence::new(pipeline)), Committed::new(positions), standing, shared))
     }
 
-    fn start(id: JobId, index: Arc<JobIndex>, evidence: Arc<Evidence>, positions: Committed, standing: Option<crate::notify::Standing>, shared: &Shared) -> Arc<Job> {
+    fn start(
+        id: JobId,
+        index: Arc<JobIndex>,
+        evidence: Arc<Evidence>,
+        positions: Committed,
+        standing: Option<crate::notify::Standing>,
+        shared: &Shared,
+    ) -> Arc<Job> {
         let (commits, queue) = mpsc::channel(COMMIT_QUEUE);
         let positions = Arc::new(positions);
         let published = Arc::new(Published::new());

@@ -194,7 +194,10 @@ impl Settings {
 }
 
 fn sink(name: &str, format: Format, url: &str, secret: Option<String>, events: Option<Vec<String>>) -> anyhow::Result<Sink> {
-    ensure!(!name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)), "the name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'");
+    ensure!(
+        !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)),
+        "the name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
+    );
     let mut uri: hyper::Uri = url.parse().with_context(|| format!("{url:?} is not a URL"))?;
     ensure!(matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some(), "{url:?} is not an http:// or https:// URL");
     if format == Format::Alertmanager && !uri.path().ends_with("/api/v2/alerts") {
@@ -210,7 +213,8 @@ fn sink(name: &str, format: Format, url: &str, secret: Option<String>, events: O
         _ => {}
     }
     let defaults: &[&str] = if format == Format::Alertmanager { &DEFAULT_ALERTMANAGER_TOPICS } else { &DEFAULT_TOPICS };
-    let topics: BTreeSet<String> = events.unwrap_or_else(|| defaults.iter().map(|t| t.to_string()).collect()).into_iter().map(|t| t.trim().to_string()).collect();
+    let topics: BTreeSet<String> =
+        events.unwrap_or_else(|| defaults.iter().map(|t| t.to_string()).collect()).into_iter().map(|t| t.trim().to_string()).collect();
     for t in &topics {
         ensure!(TOPICS.contains(&t.as_str()), "event {t:?} is not one of {}", TOPICS.join(", "));
     }
@@ -276,8 +280,11 @@ mod tests {
 
     #[test]
     fn a_config_file_names_its_sinks_events_and_retries() {
-        let s = Settings::resolve(&NotifyFlags { notify_config: Some("/etc/notify.toml".into()), ..Default::default() }, &fake(&[("/etc/notify.toml", FILE), ("/run/secret", "abc\n")], &[]))
-            .expect("valid");
+        let s = Settings::resolve(
+            &NotifyFlags { notify_config: Some("/etc/notify.toml".into()), ..Default::default() },
+            &fake(&[("/etc/notify.toml", FILE), ("/run/secret", "abc\n")], &[]),
+        )
+        .expect("valid");
         assert_eq!(s.retry, Retry { attempts: 3, first_delay: Duration::from_millis(200), ..Retry::default() });
         let names: Vec<_> = s.sinks.iter().map(|s| (s.name.as_str(), s.format, s.url.to_string())).collect();
         assert_eq!(
@@ -314,7 +321,10 @@ mod tests {
             ("[[sink]]\nname = \"a\"\nformat = \"webhook\"\nurl = \"http://x\"", "give its secret"),
             ("[[sink]]\nname = \"a\"\nformat = \"webhook\"\nurl = \"http://x\"\nsecret_env = \"NOPE\"", "NOPE (secret_env) is not set"),
             ("[[sink]]\nname = \"a\"\nformat = \"slack\"\nurl = \"http://x\"\nevents = [\"fail\"]", "event \"fail\" is not one of failed"),
-            ("[[sink]]\nname = \"a\"\nformat = \"slack\"\nurl = \"http://x\"\n[[sink]]\nname = \"a\"\nformat = \"slack\"\nurl = \"http://y\"", "two sinks are named \"a\""),
+            (
+                "[[sink]]\nname = \"a\"\nformat = \"slack\"\nurl = \"http://x\"\n[[sink]]\nname = \"a\"\nformat = \"slack\"\nurl = \"http://y\"",
+                "two sinks are named \"a\"",
+            ),
             ("[[sink]]\nname = \"a b\"\nformat = \"slack\"\nurl = \"http://x\"", "letters, digits"),
             ("[retry]\nattempts = 0", "retry.attempts is 0"),
             ("[retry]\nfirst_delay = \"soon\"", "retry.first_delay \"soon\""),

@@ -175,7 +175,10 @@ mod tests {
         let over = body(&request(Format::Alertmanager, &event::hang_over(&job, &hang_finding(), 61_000_000_000, "the job ended"), None, 1));
         let (a, b) = (&raised[0], &over[0]);
         assert_eq!(raised.as_array().map(Vec::len), Some(1));
-        assert_eq!(a["labels"], json!({ "alertname": "CoronerSuspectedHang", "job": "j", "rank": "5", "host": "node-2", "class": "hang", "severity": "warning" }));
+        assert_eq!(
+            a["labels"],
+            json!({ "alertname": "CoronerSuspectedHang", "job": "j", "rank": "5", "host": "node-2", "class": "hang", "severity": "warning" })
+        );
         assert_eq!(a["labels"], b["labels"]);
         assert_eq!((a["startsAt"].as_str(), a["endsAt"].as_str()), (Some("1970-01-01T00:00:01.000000000Z"), Some("1970-01-02T00:00:01.000000000Z")));
         assert_eq!(b["endsAt"].as_str(), Some("1970-01-01T00:01:01.000000000Z"), "resolved when the suspicion ended");

@@ -36,7 +36,8 @@ impl Poster {
 
     /// POSTs the request as JSON to `url`.
     pub async fn post(&self, url: &hyper::Uri, request: &Request, timeout: Duration) -> Answer {
-        let mut builder = hyper::Request::post(url.clone()).header(hyper::header::CONTENT_TYPE, "application/json").header(hyper::header::USER_AGENT, user_agent());
+        let mut builder =
+            hyper::Request::post(url.clone()).header(hyper::header::CONTENT_TYPE, "application/json").header(hyper::header::USER_AGENT, user_agent());
         for (name, value) in &request.headers {
             builder = builder.header(*name, value);
         }

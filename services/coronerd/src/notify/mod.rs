@@ -22,9 +22,9 @@ mod notifier;
 mod sign;
 
 pub use config::{NotifyFlags, Settings, Sources, System};
-pub use event::{hang, hang_over, on_report, Event, Kind, Standing};
 #[cfg(test)]
 pub(crate) use event::finding;
+pub use event::{hang, hang_over, on_report, Event, Kind, Standing};
 pub use notifier::start;
 
 use crate::metrics::Metrics;

@@ -252,6 +252,7 @@ mod tests {
     use super::*;
     use crate::notify::config::Retry;
     use crate::notify::format::Format;
+    use crate::notify::Standing;
     use coroner_model::JobId;
 
     /// A notifier context on a fresh SQLite store, its one sink refusing connections (port 9, the
@@ -273,8 +274,6 @@ mod tests {
         let standing = Standing { verdict: coroner_model::Verdict::Failed, rank: Some(1), host: None, class: Some("cuda_oom".into()), summary: String::new() };
         event::on_report(job, None, &standing, at).remove(0)
     }
-
-    use crate::notify::Standing;
 
     #[tokio::test]
     async fn an_event_raised_again_is_not_sent_again() {
