@@ -93,7 +93,9 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     let me = config.instance(bound.grpc, bound.http);
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
     let metrics = Arc::new(metrics::Metrics::default());
-    let (notifier, notifying) = notify::start(notify, store.clone(), metrics.clone(), me.claimant.http_address.clone(), shutdown.clone());
+    // The notifier outlives the front: it stops after the last commits, so their reports' events are claimed.
+    let notify_stop = CancellationToken::new();
+    let (notifier, notifying) = notify::start(notify, store.clone(), metrics.clone(), me.claimant.http_address.clone(), notify_stop.clone());
     let parts = Parts::new(&config, store, rules, me, metrics, notifier, &shutdown)?;
     retention::spawn(parts.jobs.clone(), parts.snapshots.clone(), config.retention, shutdown.clone());
     // Queries and heartbeats about a job another instance owns go to the owner.
@@ -119,6 +121,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
         jobs.shutdown().await;
         // The notifier claims what the last reports raised; deliveries it could not finish
         // stay pending in the store and resume at the next start.
+        notify_stop.cancel();
         if tokio::time::timeout(std::time::Duration::from_secs(5), notifying).await.is_err() {
             tracing::warn!("the notifier did not stop within 5 s; its pending deliveries resume at the next start");
         }

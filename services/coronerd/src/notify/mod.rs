@@ -70,11 +70,11 @@ impl Notifier {
 
     fn signal(&self, s: Signal) {
         let Some(queue) = &self.queue else { return };
-        if let Err(e) = queue.try_send(s) {
-            if matches!(e, mpsc::error::TrySendError::Full(_)) {
-                self.metrics.alerting.notifications_dropped.fetch_add(1, Relaxed);
-                tracing::warn!("the notifier's queue is full: an event was dropped (is a receiver slow? see the delivery log at /api/notifications)");
-            }
+        // A closed queue is a server that stopped: events raised after its notifier drained are
+        // not sent (a job reopened with the same standing raises nothing).
+        if let Err(mpsc::error::TrySendError::Full(_)) = queue.try_send(s) {
+            self.metrics.alerting.notifications_dropped.fetch_add(1, Relaxed);
+            tracing::warn!("the notifier's queue is full: an event was dropped (is a receiver slow? see the delivery log at /api/notifications)");
         }
     }
 }

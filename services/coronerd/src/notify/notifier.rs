@@ -38,13 +38,13 @@ struct Context {
     slots: Semaphore,
 }
 
-/// Starts the notifier; it runs until `shutdown` fires, then claims what is queued and returns.
+/// Starts the notifier; it runs until `stop` fires, then claims what is queued and returns.
 pub fn start(
     settings: Settings,
     store: Arc<dyn Metastore>,
     metrics: Arc<Metrics>,
     http_base: String,
-    shutdown: CancellationToken,
+    stop: CancellationToken,
 ) -> (Notifier, tokio::task::JoinHandle<()>) {
     let (queue, mut signals) = mpsc::channel(QUEUE);
     let notifier = Notifier { queue: Some(queue), metrics: metrics.clone() };
@@ -56,7 +56,7 @@ pub fn start(
         loop {
             let signal = tokio::select! {
                 s = signals.recv() => s,
-                _ = shutdown.cancelled() => None,
+                _ = stop.cancelled() => None,
             };
             let Some(signal) = signal else { break };
             handle(&ctx, signal, &mut suspects).await;
@@ -303,5 +303,38 @@ mod tests {
         let keys: Vec<&str> = overs.iter().map(|o| o.key.as_str()).collect();
         assert_eq!(keys, ["rank=5;since=t5", "rank=3;since=t3"]);
         assert!(overs[1].payload_json.contains("the job's verdict is failed"), "{}", overs[1].payload_json);
+    }
+
+    #[tokio::test]
+    async fn a_host_the_history_newly_flags_is_one_event_and_the_gauge_follows() {
+        use coroner_model::{FailureSignature, FaultClass, HostCount};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut ctx = context(dir.path()).await;
+        Arc::get_mut(&mut ctx).expect("one owner").settings.sinks[0].topics.insert("suspect_host".into());
+        let store = ctx.store.clone();
+        let both = [HostCount { host: "node-bad".into(), count: 1 }, HostCount { host: "node-ok".into(), count: 1 }];
+        for j in ["ok-1", "ok-2", "ok-3", "xid"] {
+            store.record_job_hosts(&JobId::parse(j).expect("id"), "succeeded", &both, 1).await.expect("hosts");
+        }
+        let mut suspects = flagged_hosts(&ctx).await.expect("history");
+        assert!(suspects.is_empty());
+        // A GPU fault on node-bad weighs 4: twice its share of the work, a suspect.
+        let sig = FailureSignature {
+            id: "00000000000000aa".into(),
+            class: FaultClass::GpuHardware,
+            template: "Xid <num>".into(),
+            frames: Vec::new(),
+            rank: None,
+            host: Some("node-bad".into()),
+            gpu: None,
+            collective: None,
+        };
+        let xid = JobId::parse("xid").expect("id");
+        store.save_signature(&xid, &sig, 2).await.expect("signature");
+        handle(&ctx, Signal::HistoryChanged(xid.clone()), &mut suspects).await;
+        assert_eq!(ctx.metrics.alerting.suspect_hosts.load(Relaxed), 1);
+        handle(&ctx, Signal::HistoryChanged(xid), &mut suspects).await;
+        let events = store.notification_events("xid", "suspect_host").await.expect("events");
+        assert_eq!(events.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["node-bad"], "raised once, when it became a suspect");
     }
 }
