@@ -32,6 +32,9 @@ COPY --from=plan /src/ ./
 RUN cargo build --locked --profile dist -p coronerd -p coroner --bins \
  && cargo build --locked --profile dist -p coroner-agent --target x86_64-unknown-linux-musl
 COPY . .
+# `coroner_build_info{commit}`: pass `--build-arg CORONER_COMMIT=$(git rev-parse --short=12 HEAD)`
+# (the build context may have no .git for coronerd's build.rs to read).
+ARG CORONER_COMMIT=""
 # COPY keeps the sources' own times, older than the stubs just built: touch them so cargo
 # rebuilds coroner's crates from the real sources.
 RUN find crates services tests -name '*.rs' -exec touch {} + \

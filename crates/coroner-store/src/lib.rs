@@ -12,6 +12,7 @@ mod backend;
 mod error;
 mod incidents;
 mod leases;
+mod notifications;
 mod postgres;
 mod records;
 mod rows;
@@ -21,6 +22,7 @@ mod sqlite;
 pub use error::StoreError;
 pub use incidents::{IncidentStore, SignatureFilter};
 pub use leases::{Claimant, Lease, LeaseGrant, LeaseStore};
+pub use notifications::{Delivery, DeliveryFilter, DeliveryState, DeliveryUpdate, NotificationEvent, NotificationStore};
 pub use postgres::PostgresStore;
 pub use records::{JobFilter, JobRow, SessionRecord, SnapshotRecord};
 pub use sqlite::SqliteStore;
@@ -36,10 +38,10 @@ pub const VERDICT_RUNNING: &str = "running";
 ///
 /// Every operation that names a job other than [`Metastore::touch_job`] expects the job to
 /// have been touched first, and fails with [`StoreError::UnknownJob`] otherwise. The history of
-/// failures across jobs ([`IncidentStore`]) and job ownership leases ([`LeaseStore`]) come with
-/// every metastore.
+/// failures across jobs ([`IncidentStore`]), job ownership leases ([`LeaseStore`]) and the
+/// notification log ([`NotificationStore`]) come with every metastore.
 #[async_trait]
-pub trait Metastore: IncidentStore + LeaseStore + Send + Sync {
+pub trait Metastore: IncidentStore + LeaseStore + NotificationStore + Send + Sync {
     /// Records a job, or updates it: `last_seen_ns` and `world_size` only grow,
     /// `first_seen_ns` only shrinks.
     async fn touch_job(&self, job: &JobId, world_size: Option<u32>, now_ns: i64) -> Result<(), StoreError>;

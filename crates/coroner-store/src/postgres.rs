@@ -5,6 +5,7 @@ use crate::backend::impl_metastore;
 use crate::error::redact_url;
 use crate::incidents::impl_incident_store;
 use crate::leases::impl_lease_store;
+use crate::notifications::impl_notification_store;
 use crate::StoreError;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use std::time::Duration;
@@ -45,3 +46,4 @@ impl PostgresStore {
 impl_metastore!(PostgresStore);
 impl_incident_store!(PostgresStore);
 impl_lease_store!(PostgresStore, NOW_NS);
+impl_notification_store!(PostgresStore);

@@ -90,6 +90,9 @@ pub struct Config {
     /// What one client may cost: queries, jobs, disk, ingest (`limits.rs`, docs/SECURITY.md).
     #[command(flatten)]
     pub limits: crate::limits::LimitsConfig,
+    /// Where notifications go: webhooks, Slack, Alertmanager (`notify/`, docs/NOTIFY.md).
+    #[command(flatten)]
+    pub notify: crate::notify::NotifyFlags,
 }
 
 fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
@@ -113,12 +116,17 @@ fn token(what: &str, value: Option<&str>, file: Option<&std::path::Path>) -> any
 /// A token file must be readable by its owner only: a token others on the host can read is a
 /// token they hold (the write token forges jobs, and with them `coroner suspects`).
 fn check_token_file_mode(what: &str, f: &std::path::Path) -> anyhow::Result<()> {
+    check_secret_file_mode(&format!("{what} token"), f)
+}
+
+/// The same rule for every file holding a secret (tokens, webhook secrets): `what` names it.
+pub(crate) fn check_secret_file_mode(what: &str, f: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(f).with_context(|| format!("read the {what} token file {}", f.display()))?.permissions().mode();
+    let mode = std::fs::metadata(f).with_context(|| format!("read the {what} file {}", f.display()))?.permissions().mode();
     anyhow::ensure!(
         mode & 0o077 == 0,
-        "the {what} token file {} can be read by group or others (mode {:o}); run `chmod 600 {}` (Kubernetes: defaultMode: 0400 on the secret volume)",
+        "the {what} file {} can be read by group or others (mode {:o}); run `chmod 600 {}` (Kubernetes: defaultMode: 0400 on the secret volume)",
         f.display(),
         mode & 0o777,
         f.display()
@@ -154,6 +162,7 @@ impl Config {
             tls_ca: None,
             ready_file: None,
             limits: crate::limits::LimitsConfig::default(),
+            notify: crate::notify::NotifyFlags::default(),
         }
     }
 

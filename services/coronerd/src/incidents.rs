@@ -21,20 +21,27 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Records the signature (failed jobs) and the hosts (failed and succeeded jobs) of `report`.
-    /// `input` is what the report was computed from (the root event's frames are in its
-    /// evidence). Errors are logged: the history must never stop a report from being published.
-    pub async fn record(&mut self, store: &Arc<dyn Metastore>, job: &JobId, input: &Arc<ReportInput>, report: &Report) {
+    /// Records the signature (failed jobs) and the hosts (failed and succeeded jobs) of `report`;
+    /// answers whether the history changed. `input` is what the report was computed from (the
+    /// root event's frames are in its evidence). Errors are logged: the history must never stop a
+    /// report from being published.
+    pub async fn record(&mut self, store: &Arc<dyn Metastore>, job: &JobId, input: &Arc<ReportInput>, report: &Report) -> bool {
         if !matches!(report.verdict, Verdict::Failed | Verdict::Succeeded) {
-            return;
+            return false;
         }
         let key = change_key(report);
         if self.last.as_ref() == Some(&key) {
-            return;
+            return false;
         }
         match write(store, job, input, report).await {
-            Ok(()) => self.last = Some(key),
-            Err(e) => tracing::warn!(job = %job, error = %e, "could not record the failure history"),
+            Ok(()) => {
+                self.last = Some(key);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(job = %job, error = %e, "could not record the failure history");
+                false
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 //! (the web pages, their JSON API and `/metrics`) until the shutdown token fires, then stops accepting, lets in-flight commits
 //! finish, and closes.
 
+mod alert_metrics;
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -14,6 +15,7 @@ mod job;
 mod jobs;
 pub mod limits;
 pub mod metrics;
+pub mod notify;
 mod ownership;
 mod proxy;
 mod refusal;
@@ -76,6 +78,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     let tokens = Arc::new(config.tokens()?.with_secure_cookie(http_tls.is_some()));
     // Proxied queries to other instances trust this CA for their https:// addresses.
     let peer_auth = coroner_proto::auth::ClientAuth::default().with_tls_ca(config.tls_ca.as_deref()).map_err(|e| anyhow::anyhow!("{e} (--tls-ca)"))?;
+    let notify = notify::Settings::resolve(&config.notify, &notify::System)?;
     std::fs::create_dir_all(&config.data_dir).with_context(|| format!("create the data dir {}", config.data_dir.display()))?;
     let rules = load_rules(&config)?;
     let store = coroner_store::connect(&config.database_url()).await.with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
@@ -89,7 +92,11 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
     let me = config.instance(bound.grpc, bound.http);
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
-    let parts = Parts::new(&config, store, rules, me, &shutdown)?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    // The notifier outlives the front: it stops after the last commits, so their reports' events are claimed.
+    let notify_stop = CancellationToken::new();
+    let (notifier, notifying) = notify::start(notify, store.clone(), metrics.clone(), me.claimant.http_address.clone(), notify_stop.clone());
+    let parts = Parts::new(&config, store, rules, me, metrics, notifier, &shutdown)?;
     retention::spawn(parts.jobs.clone(), parts.snapshots.clone(), config.retention, shutdown.clone());
     // Queries and heartbeats about a job another instance owns go to the owner.
     let peers = proxy::Peers::new(peer_auth);
@@ -112,6 +119,12 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
         // The front is closed; flush the back: every acknowledged batch is committed already,
         // finish the commits in flight and write final reports.
         jobs.shutdown().await;
+        // The notifier claims what the last reports raised; deliveries it could not finish
+        // stay pending in the store and resume at the next start.
+        notify_stop.cancel();
+        if tokio::time::timeout(std::time::Duration::from_secs(5), notifying).await.is_err() {
+            tracing::warn!("the notifier did not stop within 5 s; its pending deliveries resume at the next start");
+        }
         tracing::info!("coronerd stopped");
         Ok(())
     };
@@ -135,9 +148,10 @@ impl Parts {
         store: Arc<dyn coroner_store::Metastore>,
         rules: coroner_analysis::RuleSet,
         me: ownership::Instance,
+        metrics: Arc<metrics::Metrics>,
+        notifier: notify::Notifier,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Parts> {
-        let metrics = Arc::new(metrics::Metrics::default());
         let limits = Arc::new(config.limits.clone());
         let shared = job::Shared {
             data_dir: config.data_dir.clone(),
@@ -147,6 +161,7 @@ impl Parts {
             writers: Arc::new(writers::Writers::new(limits.max_open_jobs, metrics.clone())),
             limits: limits.clone(),
             live: live_config(config),
+            notifier,
         };
         let jobs = Arc::new(jobs::Jobs::new(shared, shutdown.clone(), me));
         let snapshots = Arc::new(snapshots::SnapshotStore::new(

@@ -68,6 +68,8 @@ pub struct Metrics {
     /// Searches running now, and jobs open now.
     pub searches_running: AtomicI64,
     pub jobs_open: AtomicI64,
+    /// The metrics to alert on (`alert_metrics.rs`).
+    pub alerting: crate::alert_metrics::AlertMetrics,
 }
 
 /// Jobs by verdict and failed jobs by fault class, read from the store when scraped.
@@ -159,6 +161,7 @@ impl Metrics {
         for (c, n) in &jobs.failed_by_class {
             let _ = writeln!(out, "coroner_jobs_failed{{class=\"{}\"}} {n}", label(c));
         }
+        self.alerting.render(&mut out);
         out
     }
 }

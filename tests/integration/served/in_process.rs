@@ -10,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 /// How long a stopping server may take to finish its commits before the test moves on.
 const STOP_LIMIT: Duration = Duration::from_secs(20);
 
+type Launched = (tokio::runtime::Runtime, CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>, coronerd::Bound);
+
 pub struct TestServer {
     endpoints: Endpoints,
     bound: coronerd::Bound,
@@ -17,6 +19,8 @@ pub struct TestServer {
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     runtime: Option<tokio::runtime::Runtime>,
     data_dir: std::path::PathBuf,
+    /// What it was started with, for [`TestServer::restart`].
+    config: coronerd::Config,
     _data: tempfile::TempDir,
 }
 
@@ -37,12 +41,24 @@ impl TestServer {
         let mut config = coronerd::Config::for_tests(data.path().to_path_buf());
         configure(&mut config);
         let data_dir = config.data_dir.clone();
+        let (runtime, shutdown, task, bound) = TestServer::launch(config.clone())?;
+        Ok(TestServer { endpoints: Endpoints::new(bound), bound, shutdown, task: Some(task), runtime: Some(runtime), data_dir, config, _data: data })
+    }
+
+    fn launch(config: coronerd::Config) -> anyhow::Result<Launched> {
         // Two workers, like a small host: the tests run many servers at once on few cores.
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("test-coronerd").enable_all().build()?;
         let shutdown = CancellationToken::new();
         let (server, bound) = runtime.block_on(coronerd::start(config, shutdown.clone()))?;
         let task = runtime.spawn(server);
-        Ok(TestServer { endpoints: Endpoints::new(bound), bound, shutdown, task: Some(task), runtime: Some(runtime), data_dir, _data: data })
+        Ok((runtime, shutdown, task, bound))
+    }
+
+    /// Stops it in order and starts it again on the same data dir and configuration (new ports).
+    pub fn restart(&mut self) {
+        self.stop_in_order().unwrap_or_else(|e| panic!("stop before the restart: {e:#}"));
+        let (runtime, shutdown, task, bound) = TestServer::launch(self.config.clone()).unwrap_or_else(|e| panic!("coronerd::start again: {e:#}"));
+        (self.endpoints, self.bound, self.shutdown, self.task, self.runtime) = (Endpoints::new(bound), bound, shutdown, Some(task), Some(runtime));
     }
 
     /// The addresses it bound.

@@ -9,6 +9,7 @@
 mod backends;
 mod incidents;
 mod leases;
+mod notifications;
 mod suite;
 
 use backends::{with_postgres, with_sqlite};
@@ -52,6 +53,9 @@ all_backends!(
     an_expired_lease_is_taken_over_with_a_new_epoch,
     renewing_extends_and_releasing_frees_without_resetting_the_epoch,
     concurrent_acquires_grant_one_owner,
+    a_notification_is_claimed_once_with_a_delivery_per_sink,
+    delivery_attempts_are_logged_and_filtered,
+    concurrent_claims_of_one_event_grant_one,
 );
 
 mod single_backend {

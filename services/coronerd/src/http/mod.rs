@@ -10,6 +10,7 @@ mod flight_recorder;
 mod job_page;
 mod jobs_page;
 mod live_findings;
+mod notifications;
 pub mod serve;
 mod similar;
 
@@ -42,6 +43,7 @@ pub fn router(jobs: Arc<Jobs>, metrics: Arc<Metrics>, snapshots: Arc<SnapshotSto
         .route("/api/jobs/{id}/search", get(api::search))
         .route("/api/jobs/{id}/counts", get(api::counts))
         .route("/api/jobs/{id}/timeline", get(api::timeline))
+        .route("/api/notifications", get(notifications::log))
         .route("/assets/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE) }))
         .route("/assets/job.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], JOB_JS) }))
         .route("/metrics", get(metrics_text))

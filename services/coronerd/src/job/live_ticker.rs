@@ -6,8 +6,12 @@
 //! silence grows: a new suspect becomes a finding of the running report (so WatchJob sends it at
 //! once), and the finding goes when the rank speaks again. The thresholds come from the server's
 //! configuration (`LiveConfig`, set on the pipeline when the job opens); nothing here is global.
+//! Each suspicion raised and withdrawn is also an event for the notifier (`hang`, `hang_over`)
+//! and moves `coroner_suspected_hangs`.
 
 use super::state::Evidence;
+use crate::metrics::Metrics;
+use crate::notify::{self, Notifier};
 use coroner_model::{now_ns, JobId, Rank, SuspectedHang};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -52,19 +56,20 @@ impl Lag {
 struct Raised(BTreeMap<Rank, SuspectedHang>);
 
 impl Raised {
-    /// Takes what the monitor found now; answers whether the set of suspects changed.
-    fn update(&mut self, job: &JobId, found: Vec<SuspectedHang>) -> bool {
-        let before = self.0.len();
-        self.0.retain(|r, _| found.iter().any(|f| f.rank == *r));
-        let mut changed = self.0.len() != before;
+    /// Takes what the monitor found now; answers the suspicions it raised and the ones that ended.
+    fn update(&mut self, job: &JobId, found: Vec<SuspectedHang>) -> Change {
+        let (kept, ended): (BTreeMap<Rank, SuspectedHang>, BTreeMap<Rank, SuspectedHang>) =
+            std::mem::take(&mut self.0).into_iter().partition(|(r, _)| found.iter().any(|f| f.rank == *r));
+        self.0 = kept;
+        let mut change = Change { raised: Vec::new(), ended: ended.into_values().collect() };
         for f in found {
             if let std::collections::btree_map::Entry::Vacant(e) = self.0.entry(f.rank) {
                 tracing::warn!(job = %job, rank = %f.rank, "suspected hang: {}", f.summary);
+                change.raised.push(f.clone());
                 e.insert(f);
-                changed = true;
             }
         }
-        changed
+        change
     }
 
     fn findings(&self) -> Vec<SuspectedHang> {
@@ -72,10 +77,52 @@ impl Raised {
     }
 }
 
+/// What one evaluation changed in the set of suspects.
+struct Change {
+    raised: Vec<SuspectedHang>,
+    ended: Vec<SuspectedHang>,
+}
+
+impl Change {
+    fn is_empty(&self) -> bool {
+        self.raised.is_empty() && self.ended.is_empty()
+    }
+
+    /// The notifier's events for it; `finished`: every process of the job ended.
+    fn events(&self, job: &JobId, finished: bool) -> Vec<notify::Event> {
+        let now = now_ns();
+        let why = if finished { "every process of the job ended" } else { "it printed again, or the others stopped too" };
+        let raised = self.raised.iter().map(|f| notify::hang(job, f, now));
+        raised.chain(self.ended.iter().map(|f| notify::hang_over(job, f, now, why))).collect()
+    }
+}
+
+/// Keeps `coroner_suspected_hangs` true for one job: moved with every change, and the job's
+/// share taken back when its ticker stops.
+struct Gauge {
+    metrics: Arc<Metrics>,
+    mine: i64,
+}
+
+impl Gauge {
+    fn set(&mut self, n: usize) {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.metrics.alerting.suspected_hangs.fetch_add(n - self.mine, std::sync::atomic::Ordering::Relaxed);
+        self.mine = n;
+    }
+}
+
+impl Drop for Gauge {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
 /// Starts the ticker of a job whose pipeline has its live monitor on; it runs until `stop` fires.
-pub fn start(id: JobId, evidence: Arc<Evidence>, stop: CancellationToken) {
+pub fn start(id: JobId, evidence: Arc<Evidence>, notifier: Notifier, metrics: Arc<Metrics>, stop: CancellationToken) {
     tokio::spawn(async move {
         let mut raised = Raised::default();
+        let mut gauge = Gauge { metrics, mine: 0 };
         let lag = Arc::new(Mutex::new(Lag::default()));
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -85,32 +132,66 @@ pub fn start(id: JobId, evidence: Arc<Evidence>, stop: CancellationToken) {
                 _ = tick.tick() => {}
             }
             let (evidence2, lag) = (evidence.clone(), lag.clone());
-            let Ok(Some(found)) = tokio::task::spawn_blocking(move || suspects(&evidence2, &lag)).await else { continue };
-            if raised.update(&id, found) {
+            let Ok(Some((found, finished))) = tokio::task::spawn_blocking(move || suspects(&evidence2, &lag)).await else { continue };
+            let change = raised.update(&id, found);
+            if !change.is_empty() {
                 let list = raised.findings();
+                gauge.set(list.len());
                 evidence.change(|p| p.set_live_findings(list));
+                notifier.emit(change.events(&id, finished));
             }
         }
     });
 }
 
-/// The ranks the monitor suspects now (none once every process ended); `None` without a monitor.
-fn suspects(evidence: &Evidence, lag: &Mutex<Lag>) -> Option<Vec<SuspectedHang>> {
+/// The ranks the monitor suspects now (none once every process ended), and whether every
+/// process ended; `None` without a monitor.
+fn suspects(evidence: &Evidence, lag: &Mutex<Lag>) -> Option<(Vec<SuspectedHang>, bool)> {
     let now = now_ns();
     evidence.read(|p| {
         if p.is_finished() {
             // Every process ended: nothing can hang any more (and the verdict is not running).
-            return Some(Vec::new());
+            return Some((Vec::new(), true));
         }
         let m = p.live()?;
         let behind = lag.lock().map(|mut l| l.observe(now, m.latest_capture())).unwrap_or(0);
-        Some(m.evaluate(now - behind))
+        Some((m.evaluate(now - behind), false))
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn finding(rank: u32) -> SuspectedHang {
+        crate::notify::finding(rank, None, &format!("rank {rank} is silent"), None, "t")
+    }
+
+    #[test]
+    fn each_suspicion_is_raised_once_and_ends_when_the_monitor_drops_it() {
+        let job = JobId::parse("j").expect("id");
+        let mut raised = Raised::default();
+        let first = raised.update(&job, vec![finding(3)]);
+        assert_eq!((first.raised.len(), first.ended.len()), (1, 0));
+        assert!(raised.update(&job, vec![finding(3)]).is_empty(), "still silent: nothing new");
+        let next = raised.update(&job, vec![finding(5)]);
+        assert_eq!((next.raised[0].rank, next.ended[0].rank), (Rank(5), Rank(3)));
+        let events = next.events(&job, false);
+        assert_eq!(events.iter().map(|e| (e.kind, e.rank)).collect::<Vec<_>>(), [(notify::Kind::Hang, Some(5)), (notify::Kind::HangOver, Some(3))]);
+    }
+
+    #[test]
+    fn the_gauge_gives_back_its_share_when_the_ticker_stops() {
+        let metrics = Arc::new(Metrics::default());
+        metrics.alerting.suspected_hangs.store(1, std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut g = Gauge { metrics: metrics.clone(), mine: 0 };
+            g.set(3);
+            assert_eq!(metrics.alerting.suspected_hangs.load(std::sync::atomic::Ordering::Relaxed), 4);
+            g.set(2);
+        }
+        assert_eq!(metrics.alerting.suspected_hangs.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
 
     #[test]
     fn a_capture_time_from_the_far_past_or_future_is_a_bounded_lag() {

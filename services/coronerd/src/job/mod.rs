@@ -65,16 +65,23 @@ pub struct Job {
 impl Job {
     /// Opens a job here: recovers it from its index and the store, then starts its tasks.
     pub async fn open(id: &JobId, shared: &Shared) -> Result<Arc<Job>, ServiceError> {
-        let recovery::Recovered { index, mut pipeline, positions } = recovery::recover(id, shared).await?;
+        let recovery::Recovered { index, mut pipeline, positions, standing } = recovery::recover(id, shared).await?;
         // Its writer is open now: past --max-open-jobs, the least recently used one closes.
         let (writers, opened, job) = (shared.writers.clone(), index.clone(), id.clone());
         let _ = tokio::task::spawn_blocking(move || writers.used(&job, &opened)).await;
         // After the replay: recovered lines are history, not silence to watch.
         pipeline.enable_live(shared.live.clone());
-        Ok(Job::start(id.clone(), index, Arc::new(Evidence::new(pipeline)), Committed::new(positions), shared))
+        Ok(Job::start(id.clone(), index, Arc::new(Evidence::new(pipeline)), Committed::new(positions), standing, shared))
     }
 
-    fn start(id: JobId, index: Arc<JobIndex>, evidence: Arc<Evidence>, positions: Committed, shared: &Shared) -> Arc<Job> {
+    fn start(
+        id: JobId,
+        index: Arc<JobIndex>,
+        evidence: Arc<Evidence>,
+        positions: Committed,
+        standing: Option<crate::notify::Standing>,
+        shared: &Shared,
+    ) -> Arc<Job> {
         let (commits, queue) = mpsc::channel(COMMIT_QUEUE);
         let positions = Arc::new(positions);
         let published = Arc::new(Published::new());
@@ -96,9 +103,11 @@ impl Job {
             store: shared.store.clone(),
             rules: shared.rules.clone(),
             metrics: shared.metrics.clone(),
+            notifier: shared.notifier.clone(),
+            standing,
         }
         .start(stop.child_token());
-        live_ticker::start(id.clone(), evidence.clone(), stop.child_token());
+        live_ticker::start(id.clone(), evidence.clone(), shared.notifier.clone(), shared.metrics.clone(), stop.child_token());
         let claims = Mutex::default();
         let (rules, store) = (shared.rules.clone(), shared.store.clone());
         Arc::new(Job { id, index, evidence, positions, claims, commits, published, rules, store, _tasks: stop.drop_guard() })

@@ -27,6 +27,8 @@ pub struct Recovered {
     pub index: Arc<JobIndex>,
     pub pipeline: JobPipeline,
     pub positions: Positions,
+    /// What the job was last reported as (its stored verdict and culprit), if it was.
+    pub standing: Option<crate::notify::Standing>,
 }
 
 pub async fn recover(job: &JobId, shared: &Shared) -> Result<Recovered, ServiceError> {
@@ -37,6 +39,7 @@ pub async fn recover(job: &JobId, shared: &Shared) -> Result<Recovered, ServiceE
     if row.as_ref().and_then(|r| r.world_size).is_some_and(|w| ranks_ended >= w) {
         pipeline.set_finished(true);
     }
+    let standing = row.as_ref().and_then(|r| crate::notify::Standing::stored(&r.verdict, r.culprit_rank.map(|r| r.0), r.fault_class.as_deref()));
     // A previous owner that died between its index commit and counting the lines left the
     // count short: the index is the truth.
     if let Some(row) = row {
@@ -45,7 +48,7 @@ pub async fn recover(job: &JobId, shared: &Shared) -> Result<Recovered, ServiceE
             shared.store.add_lines_count(job, short).await?;
         }
     }
-    Ok(Recovered { index, pipeline, positions })
+    Ok(Recovered { index, pipeline, positions, standing })
 }
 
 /// Opens the index at `dir`, waiting a little for a previous owner's lock to go.

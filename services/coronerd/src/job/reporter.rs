@@ -1,6 +1,7 @@
 //! A job's reports: the reporter task, which recomputes the report when the evidence changed (at
-//! most every [`REPORT_DEBOUNCE`]), saves it, records the failure history and publishes it to
-//! watchers; and [`Published`], the last report out, which readers are served from.
+//! most every [`REPORT_DEBOUNCE`]), saves it, records the failure history, publishes it to
+//! watchers and tells the notifier and the alert metrics when the job's standing (verdict,
+//! culprit) changed; and [`Published`], the last report out, which readers are served from.
 //!
 //! Contract:
 //! - A report is computed from a copy of the evidence taken under the job's lock
@@ -14,8 +15,9 @@ use super::state::Evidence;
 use crate::error::ServiceError;
 use crate::incidents::Recorder;
 use crate::metrics::Metrics;
+use crate::notify::{self, Notifier, Standing};
 use coroner_analysis::RuleSet;
-use coroner_model::{JobId, Report};
+use coroner_model::{now_ns, JobId, Report, Verdict};
 use coroner_pipeline::ReportInput;
 use coroner_store::Metastore;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,11 +88,16 @@ pub struct Reporter {
     pub store: Arc<dyn Metastore>,
     pub rules: Arc<RuleSet>,
     pub metrics: Arc<Metrics>,
+    pub notifier: Notifier,
+    /// Where the job stood at its last report: as stored when it was opened here, then as
+    /// reported. Events and the failure count follow its changes, so a job reopened unchanged
+    /// raises nothing (the store's claims keep any event from being sent twice besides).
+    pub standing: Option<Standing>,
 }
 
 impl Reporter {
     /// Runs until `stop` fires (the job's handle was dropped).
-    pub fn start(self, stop: CancellationToken) {
+    pub fn start(mut self, stop: CancellationToken) {
         tokio::spawn(async move {
             let mut history = Recorder::default();
             loop {
@@ -104,7 +111,7 @@ impl Reporter {
         });
     }
 
-    async fn report_once(&self, history: &mut Recorder) {
+    async fn report_once(&mut self, history: &mut Recorder) {
         let started = Instant::now();
         let Ok(Computed { report, input, seen }) = compute(&self.evidence, &self.rules).await else { return };
         self.metrics.reports.fetch_add(1, Ordering::Relaxed);
@@ -115,8 +122,24 @@ impl Reporter {
         if let Err(e) = self.store.save_report(&self.id, report.verdict.as_str(), culprit, class, &json).await {
             tracing::warn!(job = %self.id, error = %e, "could not save the report");
         }
-        history.record(&self.store, &self.id, &input, &report).await;
+        if history.record(&self.store, &self.id, &input, &report).await && report.verdict == Verdict::Failed {
+            self.notifier.history_changed(&self.id);
+        }
+        self.standing_changed(Standing::of(&report));
         self.published.publish(Arc::new(report), seen);
+    }
+
+    /// Counts a new failure and emits the events a change of standing raises. A running report
+    /// changes nothing: a verdict that goes failed, running, failed again is one failure.
+    fn standing_changed(&mut self, now: Standing) {
+        if now.verdict == Verdict::Running {
+            return;
+        }
+        if now.verdict == Verdict::Failed && self.standing.as_ref().is_none_or(|b| b.verdict != Verdict::Failed) {
+            self.metrics.alerting.job_failed(now.class.as_deref().unwrap_or("unknown"));
+        }
+        self.notifier.emit(notify::on_report(&self.id, self.standing.as_ref(), &now, now_ns()));
+        self.standing = Some(now);
     }
 }
 

@@ -1,9 +1,10 @@
 //! What every job of one server shares: its data dir, store, rules, metrics, the open writers'
-//! LRU, the limits and the live-hang thresholds. Passed as a value from `Config` down, so two
+//! LRU, the limits, the live-hang thresholds and the notifier. Passed as a value from `Config` down, so two
 //! servers in one process (tests) each keep their own.
 
 use crate::limits::LimitsConfig;
 use crate::metrics::Metrics;
+use crate::notify::Notifier;
 use crate::writers::Writers;
 use coroner_analysis::live::LiveConfig;
 use coroner_analysis::RuleSet;
@@ -21,6 +22,8 @@ pub struct Shared {
     pub limits: Arc<LimitsConfig>,
     /// When a running job's silent rank is suspected of hanging (`--hang-step-multiple`, `--hang-floor`).
     pub live: LiveConfig,
+    /// Where the job tasks hand the events they raise (`notify/`).
+    pub notifier: Notifier,
 }
 
 impl Shared {

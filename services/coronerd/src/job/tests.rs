@@ -17,9 +17,10 @@ pub(crate) async fn shared(dir: &std::path::Path, live: LiveConfig) -> Shared {
         store,
         rules: Arc::new(RuleSet::builtin()),
         writers: Arc::new(Writers::new(8, metrics.clone())),
-        metrics,
+        metrics: metrics.clone(),
         limits: Arc::new(LimitsConfig::default()),
         live,
+        notifier: crate::notify::Notifier::off(metrics.clone()),
     }
 }
 
