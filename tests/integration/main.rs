@@ -1,6 +1,7 @@
 //! coroner's integration tests, compiled into one binary.
 
 mod agent_fail_safe;
+mod api_conventions;
 mod auth;
 mod bad_input;
 mod compose;

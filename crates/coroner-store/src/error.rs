@@ -54,7 +54,7 @@ fn transient(e: &sqlx::Error) -> bool {
             if let Some(pg) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
                 postgres_transient(pg.code())
             } else if let Some(lite) = d.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
-                lite.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(sqlite_transient)
+                sqlx::error::DatabaseError::code(lite).and_then(|c| c.parse::<i32>().ok()).is_some_and(sqlite_transient)
             } else {
                 false
             }
