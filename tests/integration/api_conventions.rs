@@ -59,7 +59,8 @@ fn lists_page_with_tokens_and_reports_come_as_messages() {
             token = page.next_page_token;
         }
         assert_eq!(paged, all.snapshots);
-        let first = q.list_snapshots(v1::ListSnapshotsRequest { job_id: "conv-a".into(), page_size: 1, ..Default::default() }).await.expect("page").into_inner();
+        let first =
+            q.list_snapshots(v1::ListSnapshotsRequest { job_id: "conv-a".into(), page_size: 1, ..Default::default() }).await.expect("page").into_inner();
         let elsewhere = v1::ListSnapshotsRequest { job_id: "conv-b".into(), page_size: 1, page_token: first.next_page_token };
         assert_eq!(q.list_snapshots(elsewhere).await.expect_err("another job's token").code(), tonic::Code::InvalidArgument);
 

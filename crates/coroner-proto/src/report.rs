@@ -66,7 +66,12 @@ pub fn report_to_wire(r: &Report) -> v1::Report {
             evidence: f
                 .evidence
                 .iter()
-                .map(|e| v1::EvidenceLine { rank: e.rank.and_then(Rank::known).map(|r| r.0), time: e.time.clone(), stream: e.stream.clone(), line: e.line.clone() })
+                .map(|e| v1::EvidenceLine {
+                    rank: e.rank.and_then(Rank::known).map(|r| r.0),
+                    time: e.time.clone(),
+                    stream: e.stream.clone(),
+                    line: e.line.clone(),
+                })
                 .collect(),
             candidates: f.candidates.iter().filter_map(|r| r.known()).map(|r| r.0).collect(),
         }),

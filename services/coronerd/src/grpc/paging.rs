@@ -55,7 +55,9 @@ where
     if token.is_empty() {
         return Ok(None);
     }
-    let refuse = |why: &str| ServiceError::InvalidArgument(format!("bad page_token: {why}; pass the next_page_token of the previous answer unchanged, with the same filters"));
+    let refuse = |why: &str| {
+        ServiceError::InvalidArgument(format!("bad page_token: {why}; pass the next_page_token of the previous answer unchanged, with the same filters"))
+    };
     if token.len() > MAX_TOKEN_CHARS {
         return Err(refuse("longer than any token this server makes"));
     }

@@ -305,7 +305,9 @@ impl Query for QueryService {
 /// same value). Sent both, they must agree.
 fn search_token(page_token: String, cursor: String) -> Result<String, ServiceError> {
     match (page_token.is_empty(), cursor.is_empty()) {
-        (false, false) if page_token != cursor => Err(ServiceError::InvalidArgument("page_token and cursor differ: send one of them (cursor is the older name)".into())),
+        (false, false) if page_token != cursor => {
+            Err(ServiceError::InvalidArgument("page_token and cursor differ: send one of them (cursor is the older name)".into()))
+        }
         (true, _) => Ok(cursor),
         _ => Ok(page_token),
     }
