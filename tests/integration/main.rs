@@ -11,6 +11,7 @@ mod hardware;
 mod incidents;
 mod live;
 mod otlp_metrics;
+mod postgres;
 mod python_client;
 mod query_api;
 mod red_team;

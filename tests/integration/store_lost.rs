@@ -3,13 +3,11 @@
 //! run, as in takeover.rs) through a TCP relay in this test; losing the store is the relay
 //! cutting every connection and refusing new ones, as a database host that went down would.
 //!
-//! PostgreSQL is found at `CORONER_TEST_POSTGRES_URL` (default
-//! `postgres://postgres@127.0.0.1:5432/postgres`); `CORONER_SKIP_POSTGRES=1` skips the test (with
-//! a note) when it is unreachable.
+//! PostgreSQL: see `postgres.rs` (`CORONER_TEST_POSTGRES_URL`, `CORONER_SKIP_POSTGRES=1`).
 
+use crate::postgres::TestDatabase;
 use crate::served::{runtime, TestServer};
 use coroner_proto::v1::{self, query_client::QueryClient};
-use sqlx::Connection;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -39,43 +37,26 @@ async fn relay(upstream: String) -> (u16, watch::Sender<bool>) {
     (port, down)
 }
 
-/// `host:port` of a `postgres://user@host:port/db` URL.
-fn host_port(url: &str) -> String {
-    let authority = url.split_once("://").map_or(url, |(_, rest)| rest).split('/').next().unwrap_or_default();
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if host.contains(':') {
-        host.to_string()
-    } else {
-        format!("{host}:5432")
-    }
+/// A `postgres://[user@]host[:port]/db` URL as (scheme, `user@` or nothing, `host:port`, db).
+fn url_parts(url: &str) -> (&str, String, String, &str) {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+    let (authority, db) = rest.split_once('/').unwrap_or((rest, ""));
+    let (user, server) = authority.rsplit_once('@').map_or((String::new(), authority), |(u, s)| (format!("{u}@"), s));
+    let server = if server.contains(':') { server.to_string() } else { format!("{server}:5432") };
+    (scheme, user, server, db)
 }
 
 #[test]
 fn a_lost_database_answers_unavailable_and_then_recovers() {
-    let admin_url = std::env::var("CORONER_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let rt = runtime();
-    let mut admin = match rt.block_on(sqlx::PgConnection::connect(&admin_url)) {
-        Ok(c) => c,
-        Err(e) if std::env::var("CORONER_SKIP_POSTGRES").is_ok_and(|v| v == "1") => {
-            eprintln!("SKIPPED store_lost: PostgreSQL at {admin_url} is unreachable ({e}) and CORONER_SKIP_POSTGRES=1");
-            return;
-        }
-        Err(e) => panic!("PostgreSQL at {admin_url} is unreachable: {e}; start it, point CORONER_TEST_POSTGRES_URL at one, or set CORONER_SKIP_POSTGRES=1"),
-    };
-    let db = format!("coroner_store_lost_{}", std::process::id());
-    rt.block_on(sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut admin)).expect("create the test database");
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&rt, &admin_url, &db)));
-    rt.block_on(sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&mut admin)).expect("drop the test database");
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    let Some(db) = TestDatabase::create(&rt, "store_lost") else { return };
+    let (scheme, user, server, name) = url_parts(&db.url);
+    let (port, down) = rt.block_on(relay(server));
+    run(&rt, &format!("{scheme}://{user}127.0.0.1:{port}/{name}"), down);
 }
 
-fn run(rt: &tokio::runtime::Runtime, admin_url: &str, db: &str) {
-    let (port, down) = rt.block_on(relay(host_port(admin_url)));
-    let user = admin_url.split_once("://").and_then(|(_, rest)| rest.split_once('@')).map_or("postgres", |(u, _)| u);
-    let url = format!("postgres://{user}@127.0.0.1:{port}/{db}");
-    let served = TestServer::start_with(|c| c.database_url = Some(url));
+fn run(rt: &tokio::runtime::Runtime, url: &str, down: watch::Sender<bool>) {
+    let served = TestServer::start_with(|c| c.database_url = Some(url.to_string()));
     rt.block_on(async {
         let mut q = QueryClient::connect(served.grpc_url.clone()).await.expect("connect");
         q.list_jobs(v1::ListJobsRequest::default()).await.expect("jobs while the database is up");

@@ -63,7 +63,7 @@ pub async fn report(server: &Server, job: &str, json: bool) -> anyhow::Result<Ex
     } else {
         crate::say_part!("{}", r.report_text);
     }
-    Ok(crate::outcome::exit_code(crate::outcome::verdict_from_wire(&r.verdict)))
+    Ok(crate::outcome::exit_code(crate::outcome::verdict_from_wire(&r)))
 }
 
 pub async fn jobs(server: &Server, json: bool) -> anyhow::Result<ExitCode> {
@@ -218,7 +218,7 @@ pub async fn watch(server: &Server, job: &str, json: bool, until_done: bool) -> 
             }
             suspected_before = suspected;
         }
-        let verdict = crate::outcome::verdict_from_wire(&r.verdict);
+        let verdict = crate::outcome::verdict_from_wire(&r);
         if until_done && verdict != coroner_model::Verdict::Running {
             return Ok(crate::outcome::exit_code(verdict));
         }
