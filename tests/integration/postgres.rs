@@ -29,10 +29,7 @@ impl TestDatabase {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let name = format!("coroner_{test}_{}_{nanos}", std::process::id());
         rt.block_on(sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin)).expect("create the test database");
-        let base = match admin_url.rsplit_once('/') {
-            Some((base, _)) => base,
-            None => panic!("CORONER_TEST_POSTGRES_URL {admin_url:?} has no database part"),
-        };
+        let Some((base, _)) = admin_url.rsplit_once('/') else { panic!("CORONER_TEST_POSTGRES_URL {admin_url:?} has no database part") };
         let url = format!("{base}/{name}");
         Some(TestDatabase { url, name, admin, rt: rt.handle().clone() })
     }
