@@ -2,6 +2,7 @@
 //! on gRPC (UNAUTHENTICATED with the reason) and HTTP (401), lets the write token write and both
 //! read, and refuses to bind beyond loopback without tokens.
 
+use crate::postgres::TestDatabase;
 use crate::served::{runtime, TestServer};
 use coroner_tests::{binary, data_dir, eventually, printed};
 use std::process::{Command, Output, Stdio};
@@ -194,23 +195,9 @@ fn the_binary_refuses_beyond_loopback_without_tokens() {
 /// own the job is proxied to the owner with the caller's token.
 #[test]
 fn a_proxied_query_carries_the_callers_token() {
-    use sqlx::Connection;
-    let admin_url = std::env::var("CORONER_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let rt = runtime();
-    let mut admin = match rt.block_on(sqlx::PgConnection::connect(&admin_url)) {
-        Ok(c) => c,
-        Err(e) if std::env::var("CORONER_SKIP_POSTGRES").is_ok_and(|v| v == "1") => {
-            eprintln!("SKIPPED auth proxy: PostgreSQL at {admin_url} is unreachable ({e}) and CORONER_SKIP_POSTGRES=1");
-            return;
-        }
-        Err(e) => panic!("PostgreSQL at {admin_url} is unreachable: {e}; start it, point CORONER_TEST_POSTGRES_URL at one, or set CORONER_SKIP_POSTGRES=1"),
-    };
-    let db = format!("coroner_auth_{}", std::process::id());
-    rt.block_on(sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut admin)).expect("create the test database");
-    let db_url = match admin_url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{db}"),
-        None => panic!("CORONER_TEST_POSTGRES_URL {admin_url:?} has no database part"),
-    };
+    let Some(db) = TestDatabase::create(&rt, "auth") else { return };
+    let db_url = db.url.clone();
     let shared = tempfile::tempdir().expect("tempdir");
     // Two servers in this one process, each its own configuration; the CLI is the client.
     let instance = |id: &'static str| {
@@ -220,22 +207,16 @@ fn a_proxied_query_carries_the_callers_token() {
             c.instance_id = Some(id.into());
         })
     };
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let a = instance("auth-a");
-        let b = instance("auth-b");
-        let bundle = data_dir().join("corpus").join("nccl2_hang_r1");
-        let out = a.coroner(Some(WRITE), &["import", bundle.to_str().expect("utf-8 path"), "--job", "auth-proxied"]);
-        assert!(out.status.success(), "import at a: {}", stderr(&out));
-        let out = b.coroner(Some(READ), &["report", "auth-proxied", "--json"]);
-        coroner_tests::assert_answered(&out);
-        assert!(String::from_utf8_lossy(&out.stdout).contains("auth-proxied"));
-        let out = b.coroner(None, &["report", "auth-proxied"]);
-        assert!(out.status.code() == Some(2) && stderr(&out).contains("needs the read token"), "{}", stderr(&out));
-    }));
-    rt.block_on(sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&mut admin)).expect("drop the test database");
-    if let Err(p) = result {
-        std::panic::resume_unwind(p);
-    }
+    let a = instance("auth-a");
+    let b = instance("auth-b");
+    let bundle = data_dir().join("corpus").join("nccl2_hang_r1");
+    let out = a.coroner(Some(WRITE), &["import", bundle.to_str().expect("utf-8 path"), "--job", "auth-proxied"]);
+    assert!(out.status.success(), "import at a: {}", stderr(&out));
+    let out = b.coroner(Some(READ), &["report", "auth-proxied", "--json"]);
+    coroner_tests::assert_answered(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("auth-proxied"));
+    let out = b.coroner(None, &["report", "auth-proxied"]);
+    assert!(out.status.code() == Some(2) && stderr(&out).contains("needs the read token"), "{}", stderr(&out));
 }
 
 /// What deploy/kubernetes asks of a coronerd that enforces tokens: every HTTP probe path in the

@@ -1,6 +1,7 @@
 //! coroner's integration tests, compiled into one binary.
 
 mod agent_fail_safe;
+mod api_conventions;
 mod auth;
 mod bad_input;
 mod compose;
@@ -11,6 +12,8 @@ mod incidents;
 mod live;
 mod notify;
 mod otlp_metrics;
+mod postgres;
+mod python_client;
 mod query_api;
 mod red_team;
 mod ring;
@@ -18,6 +21,7 @@ mod served;
 mod skewed_clocks;
 mod slurm;
 mod snapshots;
+mod store_lost;
 mod takeover;
 mod tls;
 mod web;

@@ -3,10 +3,10 @@
 //! the lease over, the agents reconnect and replay, and the job ends complete (no line lost, none
 //! twice). Prints what it measured: time to takeover, the ingest gap, how queries fared.
 //!
-//! PostgreSQL is found at `CORONER_TEST_POSTGRES_URL` (default
-//! `postgres://postgres@127.0.0.1:5432/postgres`); each run creates its own database and drops
-//! it. `CORONER_SKIP_POSTGRES=1` skips the test (with a note) when the server is unreachable.
+//! Each run creates its own PostgreSQL database and drops it (`postgres.rs`:
+//! `CORONER_TEST_POSTGRES_URL`, `CORONER_SKIP_POSTGRES=1`).
 
+use crate::postgres::TestDatabase;
 use crate::served::{runtime, Served};
 use coroner_proto::v1::{self, query_client::QueryClient};
 use coroner_tests::binary;
@@ -113,24 +113,8 @@ async fn owner(admin: &mut PgConnection, job: &str) -> Option<(String, i64)> {
 #[test]
 fn three_instances_survive_the_owner_being_killed_mid_ingest() {
     let rt = runtime();
-    let admin_url = std::env::var("CORONER_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let mut admin = match rt.block_on(PgConnection::connect(&admin_url)) {
-        Ok(c) => c,
-        Err(e) if std::env::var("CORONER_SKIP_POSTGRES").is_ok_and(|v| v == "1") => {
-            eprintln!("SKIPPED takeover: PostgreSQL at {admin_url} is unreachable ({e}) and CORONER_SKIP_POSTGRES=1");
-            return;
-        }
-        Err(e) => panic!("PostgreSQL at {admin_url} is unreachable: {e}; start it, point CORONER_TEST_POSTGRES_URL at one, or set CORONER_SKIP_POSTGRES=1"),
-    };
-    let db = format!("coroner_takeover_{}_{}", std::process::id(), Instant::now().elapsed().subsec_nanos());
-    rt.block_on(sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut admin)).expect("create the test database");
-    let base = admin_url.rsplit_once('/').map(|(b, _)| b).expect("a database URL");
-    let db_url = format!("{base}/{db}");
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&rt, &db_url)));
-    rt.block_on(sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&mut admin)).expect("drop the test database");
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    let Some(db) = TestDatabase::create(&rt, "takeover") else { return };
+    run(&rt, &db.url);
 }
 
 fn run(rt: &tokio::runtime::Runtime, db_url: &str) {

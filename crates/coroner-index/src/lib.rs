@@ -83,6 +83,23 @@ pub enum IndexError {
     Tantivy(#[from] TantivyError),
 }
 
+impl IndexError {
+    /// Whether the index's storage failed rather than the request (its folder unreadable, a disk
+    /// error, its lock held by a writer that is going away): a retry may succeed. Bad queries,
+    /// budgets, damaged lines and a poisoned writer are not.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            IndexError::CreateDir { .. } | IndexError::Locked(_) => true,
+            IndexError::Open { source, .. } | IndexError::Tantivy(source) => storage_failed(source),
+            _ => false,
+        }
+    }
+}
+
+fn storage_failed(e: &TantivyError) -> bool {
+    matches!(e, TantivyError::IoError(_) | TantivyError::OpenDirectoryError(_) | TantivyError::OpenReadError(_) | TantivyError::LockFailure(..))
+}
+
 /// One job's index: a writer behind a mutex and a reader reloaded on every commit.
 ///
 /// The writer (its indexing threads, merge threads and buffers: ~7 threads) is opened with the

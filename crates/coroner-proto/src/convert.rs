@@ -71,6 +71,7 @@ pub fn suspect_to_wire(s: Suspect) -> v1::Suspect {
                 job_id: i.job_id,
                 time: i.time,
                 fault_class: i.class.as_str().to_string(),
+                fault_class_code: crate::report::fault_class_to_wire(i.class) as i32,
                 rank: i.rank.map(|r| r.0),
                 gpu: i.gpu.unwrap_or_default(),
             })

@@ -1,8 +1,10 @@
 //! The `coroner.v1` protocol. Generated types live in [`v1`]; [`convert`] turns them into the
-//! model's types and back, validating on the way in: the analysis never sees a prost type.
+//! model's types and back, validating on the way in: the analysis never sees a prost type;
+//! [`report`] projects a report onto its message and the verdict and class enums.
 
 pub mod auth;
 pub mod convert;
+pub mod report;
 
 /// Generated code for package `coroner.v1`.
 #[allow(clippy::all, missing_docs)]

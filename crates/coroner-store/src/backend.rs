@@ -151,6 +151,10 @@ macro_rules! impl_metastore {
                     .bind(f.verdict.as_deref())
                     .bind(f.fault_class.as_deref())
                     .bind(f.since_ns)
+                    .bind(f.until_ns)
+                    .bind(f.after.as_ref().map(|a| a.last_seen_ns))
+                    .bind(f.after.as_ref().map(|a| a.job_id.as_str()))
+                    .bind(f.limit.map_or(i64::MAX, i64::from))
                     .fetch_all(&self.pool)
                     .await
                     .map_err(|e| $crate::StoreError::query("list jobs", "", e))?;

@@ -24,7 +24,7 @@ pub use incidents::{IncidentStore, SignatureFilter};
 pub use leases::{Claimant, Lease, LeaseGrant, LeaseStore};
 pub use notifications::{Delivery, DeliveryFilter, DeliveryState, DeliveryUpdate, NotificationEvent, NotificationStore};
 pub use postgres::PostgresStore;
-pub use records::{JobFilter, JobRow, SessionRecord, SnapshotRecord};
+pub use records::{JobFilter, JobPosition, JobRow, SessionRecord, SnapshotRecord};
 pub use sqlite::SqliteStore;
 
 use async_trait::async_trait;

@@ -35,13 +35,34 @@ pub struct JobRow {
     pub report_json: Option<String>,
 }
 
-/// Which jobs `list_jobs` returns; every filter that is set must hold.
+/// Which jobs `list_jobs` returns, most recently seen first (then by id); every filter that is
+/// set must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobFilter {
     pub verdict: Option<String>,
     pub fault_class: Option<String>,
     /// Only jobs seen at or after this time (`last_seen_ns >= since_ns`).
     pub since_ns: Option<i64>,
+    /// Only jobs first seen at or before this time (`first_seen_ns <= until_ns`).
+    pub until_ns: Option<i64>,
+    /// Only jobs after this one in the order (a page's last job: keyset paging).
+    pub after: Option<JobPosition>,
+    /// At most this many jobs (`None`: all).
+    pub limit: Option<u32>,
+}
+
+/// Where a job stands in `list_jobs`' order: what the next page continues after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPosition {
+    pub last_seen_ns: i64,
+    pub job_id: JobId,
+}
+
+impl JobRow {
+    /// This job's place in `list_jobs`' order.
+    pub fn position(&self) -> JobPosition {
+        JobPosition { last_seen_ns: self.last_seen_ns, job_id: self.job_id.clone() }
+    }
 }
 
 /// The metadata of one snapshot (a py-spy dump, an nvidia-smi table, a core file...).

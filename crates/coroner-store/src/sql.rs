@@ -62,8 +62,10 @@ pub fn list_jobs() -> String {
     format!(
         "SELECT {JOB_COLUMNS} FROM jobs
          WHERE ($1 IS NULL OR verdict = $1) AND ($2 IS NULL OR fault_class = $2)
-           AND ($3 IS NULL OR last_seen_ns >= $3)
-         ORDER BY last_seen_ns DESC, job_id"
+           AND ($3 IS NULL OR last_seen_ns >= $3) AND ($4 IS NULL OR first_seen_ns <= $4)
+           AND ($5 IS NULL OR last_seen_ns < $5 OR (last_seen_ns = $5 AND job_id > $6))
+         ORDER BY last_seen_ns DESC, job_id
+         LIMIT $7"
     )
 }
 

@@ -27,9 +27,10 @@ fn code(verdict: Verdict) -> u8 {
     }
 }
 
-/// The verdict coronerd sent as text; one this CLI does not know counts as unknown.
-pub fn verdict_from_wire(s: &str) -> Verdict {
-    Verdict::parse(s).unwrap_or(Verdict::Unknown)
+/// The verdict coronerd sent (the enum, else the text of a server from before it); one this CLI
+/// does not know counts as unknown.
+pub fn verdict_from_wire(r: &coroner_proto::v1::ReportResponse) -> Verdict {
+    coroner_proto::report::verdict_from_wire(r.verdict_code, &r.verdict).unwrap_or(Verdict::Unknown)
 }
 
 #[cfg(test)]
@@ -49,7 +50,9 @@ mod tests {
 
     #[test]
     fn an_unknown_wire_verdict_is_unknown() {
-        assert_eq!(verdict_from_wire("failed"), Verdict::Failed);
-        assert_eq!(verdict_from_wire("exploded"), Verdict::Unknown);
+        let sent = |verdict_code, verdict: &str| coroner_proto::v1::ReportResponse { verdict_code, verdict: verdict.into(), ..Default::default() };
+        assert_eq!(verdict_from_wire(&sent(coroner_proto::v1::Verdict::Failed as i32, "")), Verdict::Failed);
+        assert_eq!(verdict_from_wire(&sent(0, "failed")), Verdict::Failed, "a server from before the enum");
+        assert_eq!(verdict_from_wire(&sent(0, "exploded")), Verdict::Unknown);
     }
 }

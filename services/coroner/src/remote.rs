@@ -36,6 +36,25 @@ pub fn status_message(s: tonic::Status) -> anyhow::Error {
     }
 }
 
+/// Every item of a paged list (docs/API.md): `page` asks for the page after a token (empty for
+/// the first) and answers its items and the next token (empty after the last).
+pub async fn every_page<T, Fut>(mut page: impl FnMut(String) -> Fut) -> anyhow::Result<Vec<T>>
+where
+    Fut: std::future::Future<Output = Result<(Vec<T>, String), tonic::Status>>,
+{
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let (items, next) = page(token.clone()).await.map_err(status_message)?;
+        all.extend(items);
+        if next.is_empty() {
+            return Ok(all);
+        }
+        anyhow::ensure!(next != token, "coronerd answered the same page token twice; stopped listing after {} items", all.len());
+        token = next;
+    }
+}
+
 pub async fn report(server: &Server, job: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(server).await?;
     let r = client.get_report(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner();
@@ -44,12 +63,19 @@ pub async fn report(server: &Server, job: &str, json: bool) -> anyhow::Result<Ex
     } else {
         crate::say_part!("{}", r.report_text);
     }
-    Ok(crate::outcome::exit_code(crate::outcome::verdict_from_wire(&r.verdict)))
+    Ok(crate::outcome::exit_code(crate::outcome::verdict_from_wire(&r)))
 }
 
 pub async fn jobs(server: &Server, json: bool) -> anyhow::Result<ExitCode> {
-    let mut client = connect(server).await?;
-    let jobs = client.list_jobs(v1::ListJobsRequest::default()).await.map_err(status_message)?.into_inner().jobs;
+    let client = connect(server).await?;
+    let jobs = every_page(|page_token| {
+        let mut client = client.clone();
+        async move {
+            let page = client.list_jobs(v1::ListJobsRequest { page_token, ..Default::default() }).await?.into_inner();
+            Ok((page.jobs, page.next_page_token))
+        }
+    })
+    .await?;
     if json {
         let list: Vec<serde_json::Value> = jobs
             .iter()
@@ -115,7 +141,7 @@ pub async fn search(server: &Server, job: &str, a: SearchArgs) -> anyhow::Result
             since_ns,
             until_ns,
             limit: a.limit,
-            cursor: a.cursor.unwrap_or_default(),
+            page_token: a.cursor.unwrap_or_default(),
             host: a.host.unwrap_or_default(),
             stream: a.stream.unwrap_or_default(),
             kind: a.kind.unwrap_or_default(),
@@ -138,8 +164,8 @@ pub async fn search(server: &Server, job: &str, a: SearchArgs) -> anyhow::Result
         }
         crate::say_err!("{} of {} matching lines (times on the aligned clock)", resp.hits.len(), resp.total);
     }
-    if !resp.next_cursor.is_empty() {
-        crate::say_err!("more: add --cursor {}", resp.next_cursor);
+    if !resp.next_page_token.is_empty() {
+        crate::say_err!("more: add --cursor {}", resp.next_page_token);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -192,7 +218,7 @@ pub async fn watch(server: &Server, job: &str, json: bool, until_done: bool) -> 
             }
             suspected_before = suspected;
         }
-        let verdict = crate::outcome::verdict_from_wire(&r.verdict);
+        let verdict = crate::outcome::verdict_from_wire(&r);
         if until_done && verdict != coroner_model::Verdict::Running {
             return Ok(crate::outcome::exit_code(verdict));
         }

@@ -1,6 +1,6 @@
 //! `coroner snapshot list JOB` and `coroner snapshot get JOB SHA256 -o FILE`.
 
-use crate::remote::{connect, status_message};
+use crate::remote::{connect, every_page, status_message};
 use anyhow::Context;
 use coroner_proto::v1;
 use sha2::{Digest, Sha256};
@@ -10,8 +10,16 @@ use std::process::ExitCode;
 use tokio_stream::StreamExt;
 
 pub async fn list(server: &crate::remote::Server, job: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let mut client = connect(server).await?;
-    let snaps = client.list_snapshots(v1::GetReportRequest { job_id: job.to_string() }).await.map_err(status_message)?.into_inner().snapshots;
+    let client = connect(server).await?;
+    let snaps = every_page(|page_token| {
+        let mut client = client.clone();
+        let job_id = job.to_string();
+        async move {
+            let page = client.list_snapshots(v1::ListSnapshotsRequest { job_id, page_token, ..Default::default() }).await?.into_inner();
+            Ok((page.snapshots, page.next_page_token))
+        }
+    })
+    .await?;
     if json {
         let rows: Vec<serde_json::Value> = snaps
             .iter()

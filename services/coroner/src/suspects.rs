@@ -1,7 +1,7 @@
 //! `coroner suspects`: the hosts and GPUs whose root-cause failures across jobs stand out, with
 //! the evidence, for a person or a scheduler's drain logic (`--json`). Exit status 0 either way.
 
-use crate::remote::{connect, parse_time, status_message};
+use crate::remote::{connect, every_page, parse_time};
 use coroner_model::Suspect;
 use coroner_proto::v1;
 use std::process::ExitCode;
@@ -19,16 +19,19 @@ pub fn parse_since(s: &str, now_ns: i64) -> anyhow::Result<i64> {
 pub async fn run(server: &crate::remote::Server, since: Option<&str>, all: bool, json: bool) -> anyhow::Result<ExitCode> {
     let now = coroner_model::now_ns();
     let since_ns = since.map(|s| parse_since(s, now)).transpose()?;
-    let mut client = connect(server).await?;
-    let list: Vec<Suspect> = client
-        .list_suspects(v1::ListSuspectsRequest { since_ns: since_ns.unwrap_or(0), all })
-        .await
-        .map_err(status_message)?
-        .into_inner()
-        .suspects
-        .into_iter()
-        .map(coroner_proto::convert::suspect_from_wire)
-        .collect();
+    let client = connect(server).await?;
+    let since_ns = since_ns.unwrap_or(0);
+    let list: Vec<Suspect> = every_page(|page_token| {
+        let mut client = client.clone();
+        async move {
+            let page = client.list_suspects(v1::ListSuspectsRequest { since_ns, all, page_token, ..Default::default() }).await?.into_inner();
+            Ok((page.suspects, page.next_page_token))
+        }
+    })
+    .await?
+    .into_iter()
+    .map(coroner_proto::convert::suspect_from_wire)
+    .collect();
     if json {
         crate::term::out_json(&serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);

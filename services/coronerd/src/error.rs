@@ -64,9 +64,16 @@ impl From<crate::ownership::LeaseError> for ServiceError {
     }
 }
 
+/// A database that is down, restarting or out of connections is UNAVAILABLE (the caller may
+/// retry, and is told what failed); anything else from the store is a bug, INTERNAL.
 impl From<coroner_store::StoreError> for ServiceError {
     fn from(e: coroner_store::StoreError) -> Self {
-        ServiceError::Internal(format!("metadata store: {e}"))
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "metadata store unavailable");
+            ServiceError::Unavailable(format!("the metadata store is unavailable, retry later: {e}"))
+        } else {
+            ServiceError::Internal(format!("metadata store: {e}"))
+        }
     }
 }
 
@@ -78,6 +85,10 @@ impl From<coroner_index::IndexError> for ServiceError {
             coroner_index::IndexError::OverBudget(m) => ServiceError::ResourceExhausted(m),
             e @ coroner_index::IndexError::Cancelled => ServiceError::Unavailable(e.to_string()),
             e @ coroner_index::IndexError::BadCursor(_) => ServiceError::InvalidArgument(e.to_string()),
+            e if e.is_unavailable() => {
+                tracing::warn!(error = %e, "index unavailable");
+                ServiceError::Unavailable(format!("the job's index is unavailable, retry later: {e}"))
+            }
             other => ServiceError::Internal(format!("index: {other}")),
         }
     }

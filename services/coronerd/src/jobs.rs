@@ -144,6 +144,11 @@ impl Jobs {
         Ok(crate::incidents::suspects(&self.store, since_ns, all).await?)
     }
 
+    /// The notification delivery log, newest first (docs/NOTIFY.md).
+    pub async fn deliveries(&self, f: &coroner_store::DeliveryFilter) -> Result<Vec<coroner_store::Delivery>, ServiceError> {
+        Ok(self.store.deliveries(f).await?)
+    }
+
     /// The rules every report is analysed with.
     pub fn rules(&self) -> Arc<RuleSet> {
         self.rules.clone()

@@ -92,7 +92,8 @@ fn importing_a_junk_bundle_sends_only_what_is_inside_and_valid() {
     assert!(err.contains("not imported") && err.contains("not a safe relative name"), "{err}");
     runtime().block_on(async {
         let mut q = QueryClient::connect(server.grpc_url.clone()).await.expect("connect");
-        let listed = q.list_snapshots(v1::GetReportRequest { job_id: "junk-import".into() }).await.expect("list").into_inner().snapshots;
+        let listed =
+            q.list_snapshots(v1::ListSnapshotsRequest { job_id: "junk-import".into(), ..Default::default() }).await.expect("list").into_inner().snapshots;
         let names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
         assert!(names.contains(&"snapshots/rank1.stack.txt"), "{names:?}");
         assert!(!names.iter().any(|n| n.contains("evil") || n.contains("bad")), "{names:?}");

@@ -239,7 +239,8 @@ fn snapshot_names_with_path_traversal_are_refused() {
         let err = client.snapshot_status(status).await.expect_err("a bad name is not filed");
         assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
         let mut q = QueryClient::connect(server.grpc_url.clone()).await.expect("connect");
-        let listed = q.list_snapshots(v1::GetReportRequest { job_id: "snap-names".into() }).await.expect("list").into_inner().snapshots;
+        let listed =
+            q.list_snapshots(v1::ListSnapshotsRequest { job_id: "snap-names".into(), ..Default::default() }).await.expect("list").into_inner().snapshots;
         let names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, vec!["snapshots/rank0.stack.txt"]);
     });

@@ -37,7 +37,8 @@ fn another_agent_cannot_file_stored_content_without_its_bytes() {
             .into_inner();
         assert_eq!(answer, v1::SnapshotStatusResponse { stored: false, resume_offset: 0 }, "the thief must send the bytes");
         let mut query = QueryClient::connect(server.grpc_url.clone()).await.expect("connect");
-        let listed = query.list_snapshots(v1::GetReportRequest { job_id: "rt-thief".into() }).await.expect("list").into_inner().snapshots;
+        let listed =
+            query.list_snapshots(v1::ListSnapshotsRequest { job_id: "rt-thief".into(), ..Default::default() }).await.expect("list").into_inner().snapshots;
         assert!(listed.is_empty(), "filed without bytes: {listed:?}");
 
         // The uploader itself files it under another of its jobs without sending it again, and
@@ -45,7 +46,8 @@ fn another_agent_cannot_file_stored_content_without_its_bytes() {
         let again = session(&mut client, "rt-victim-2", 0, 1, "node-a", "victim-agent").await;
         let answer = client.snapshot_status(v1::SnapshotStatusRequest { session_id: again, header: Some(claim) }).await.expect("SnapshotStatus").into_inner();
         assert!(answer.stored);
-        let listed = query.list_snapshots(v1::GetReportRequest { job_id: "rt-victim-2".into() }).await.expect("list").into_inner().snapshots;
+        let listed =
+            query.list_snapshots(v1::ListSnapshotsRequest { job_id: "rt-victim-2".into(), ..Default::default() }).await.expect("list").into_inner().snapshots;
         assert_eq!(listed.len(), 1);
         assert_eq!((listed[0].size, listed[0].stored_bytes), (content.len() as u64, content.len() as u64), "{listed:?}");
     });

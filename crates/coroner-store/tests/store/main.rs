@@ -42,6 +42,7 @@ all_backends!(
     process_ends_upsert_per_rank,
     lines_and_report_update_the_job,
     list_jobs_filters_newest_first,
+    list_jobs_pages_by_keyset,
     snapshots_are_deduplicated,
     unknown_jobs_are_refused_clearly,
     jobs_do_not_see_each_other,

@@ -147,6 +147,36 @@ pub async fn list_jobs_filters_newest_first(store: Store) -> Result<()> {
     Ok(())
 }
 
+/// Keyset pages visit every job once, in order, also across jobs seen at the same instant; the
+/// filters hold on every page.
+pub async fn list_jobs_pages_by_keyset(store: Store) -> Result<()> {
+    for (name, seen, first) in [("page-a", 500, 10), ("page-b", 500, 20), ("page-c", 400, 30), ("page-d", 500, 40), ("page-e", 100, 50)] {
+        let j = job(name);
+        store.touch_job(&j, None, first).await?;
+        store.touch_job(&j, None, seen).await?;
+    }
+    let names = |rows: &[coroner_store::JobRow]| rows.iter().map(|r| r.job_id.to_string()).collect::<Vec<_>>();
+    let all = store.list_jobs(&JobFilter::default()).await?;
+    assert_eq!(names(&all), ["page-a", "page-b", "page-d", "page-c", "page-e"]);
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list_jobs(&JobFilter { after: after.clone(), limit: Some(2), ..Default::default() }).await?;
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some(last.position());
+        seen.extend(names(&page));
+    }
+    assert_eq!(seen, names(&all));
+    // `until_ns` bounds the first sighting; paging keeps it.
+    let early = JobFilter { until_ns: Some(30), limit: Some(1), ..Default::default() };
+    let first = store.list_jobs(&early).await?;
+    assert_eq!(names(&first), ["page-a"]);
+    let rest = store.list_jobs(&JobFilter { after: first.last().map(|r| r.position()), limit: Some(10), ..early }).await?;
+    assert_eq!(names(&rest), ["page-b", "page-c"]);
+    Ok(())
+}
+
 pub async fn snapshots_are_deduplicated(store: Store) -> Result<()> {
     let j = job("snap-1");
     store.touch_job(&j, None, 1).await?;

@@ -3,6 +3,7 @@
 //! the web page; jobs are reached through the registry ([`Jobs`]) and their methods only.
 
 use crate::error::ServiceError;
+use crate::grpc::paging;
 use crate::jobs::Jobs;
 use crate::searches::Searches;
 use crate::snapshots::SnapshotStore;
@@ -10,6 +11,7 @@ use crate::views::search::{self, SearchParams};
 use crate::views::timeline::{Timeline, TimelineOptions};
 use crate::views::{job_id, snapshot_file};
 use coroner_model::Report;
+use coroner_proto::report as wire;
 use coroner_proto::v1::{self, query_server::Query};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -36,11 +38,54 @@ pub fn report_response(report: &Report) -> v1::ReportResponse {
     v1::ReportResponse {
         job_id: report.job_id.clone(),
         verdict: report.verdict.as_str().to_string(),
-        culprit_rank: first.and_then(|f| f.rank.map(|r| r.0)),
+        culprit_rank: first.and_then(|f| f.rank.and_then(coroner_model::Rank::known).map(|r| r.0)),
         fault_class: first.map(|f| f.class.as_str().to_string()).unwrap_or_default(),
         report_json: serde_json::to_string_pretty(report).unwrap_or_default(),
         report_text: coroner_analysis::text::render(report),
+        report: Some(wire::report_to_wire(report)),
+        verdict_code: wire::verdict_to_wire(report.verdict) as i32,
+        fault_class_code: first.map_or(v1::FaultClass::Unspecified, |f| wire::fault_class_to_wire(f.class)) as i32,
     }
+}
+
+fn job_summary(row: coroner_store::JobRow, ranks: u32) -> v1::JobSummary {
+    let class = row.fault_class.unwrap_or_default();
+    v1::JobSummary {
+        job_id: row.job_id.to_string(),
+        verdict_code: coroner_model::Verdict::parse(&row.verdict).map_or(v1::Verdict::Unspecified, wire::verdict_to_wire) as i32,
+        verdict: row.verdict,
+        culprit_rank: row.culprit_rank.and_then(coroner_model::Rank::known).map(|r| r.0),
+        fault_class_code: wire::fault_class_name_to_wire(&class) as i32,
+        fault_class: class,
+        ranks: row.world_size.unwrap_or(ranks).max(ranks),
+        lines: row.lines,
+        first_seen_ns: row.first_seen_ns,
+        last_seen_ns: row.last_seen_ns,
+    }
+}
+
+/// What a ListJobs page token is bound to: the request's filters.
+#[derive(serde::Serialize, serde::Deserialize, PartialEq)]
+struct JobFilters {
+    verdict: String,
+    fault_class: String,
+    since_ns: i64,
+    until_ns: i64,
+}
+
+/// A snapshot's place in ListSnapshots' order: capture time, rank (none first), name, content.
+type SnapshotKey = (i64, Option<u32>, String, String);
+
+fn snapshot_key(s: &coroner_store::SnapshotRecord) -> SnapshotKey {
+    (s.captured_ns, s.rank.map(|r| r.0), s.name.clone(), s.sha256.clone())
+}
+
+/// A suspect's place in ListSuspects' order (the analysis's): flagged first, highest score first,
+/// then host and GPU.
+type SuspectKey = (bool, i64, String, Option<String>);
+
+fn suspect_key(s: &coroner_model::Suspect) -> SuspectKey {
+    (!s.flagged, paging::descending(s.score), s.host.clone(), s.gpu.clone())
 }
 
 fn timeline_response(t: Timeline) -> v1::TimelineResponse {
@@ -93,27 +138,35 @@ type SnapshotStream = Pin<Box<dyn Stream<Item = Result<v1::SnapshotData, Status>
 impl Query for QueryService {
     async fn list_jobs(&self, req: Request<v1::ListJobsRequest>) -> Result<Response<v1::ListJobsResponse>, Status> {
         let r = req.into_inner();
-        let filter = coroner_store::JobFilter {
-            verdict: (!r.verdict.is_empty()).then_some(r.verdict),
-            fault_class: (!r.fault_class.is_empty()).then_some(r.fault_class),
-            since_ns: (r.since_ns != 0).then_some(r.since_ns),
+        let filters = JobFilters { verdict: r.verdict, fault_class: r.fault_class, since_ns: r.since_ns, until_ns: r.until_ns };
+        let after: Option<(i64, String)> = paging::decode(&r.page_token, "jobs", &filters)?;
+        let after = match after {
+            Some((last_seen_ns, id)) => Some(coroner_store::JobPosition { last_seen_ns, job_id: job_id(&id)? }),
+            None => None,
         };
-        let rows = self.jobs.list(&filter).await?;
+        let size = paging::page_size(r.page_size);
+        let filter = coroner_store::JobFilter {
+            verdict: (!filters.verdict.is_empty()).then(|| filters.verdict.clone()),
+            fault_class: (!filters.fault_class.is_empty()).then(|| filters.fault_class.clone()),
+            since_ns: (filters.since_ns != 0).then_some(filters.since_ns),
+            until_ns: (filters.until_ns != 0).then_some(filters.until_ns),
+            after,
+            // One more than a page: whether another page follows.
+            limit: Some(size + 1),
+        };
+        let mut rows = self.jobs.list(&filter).await?;
+        let more = rows.len() > size as usize;
+        rows.truncate(size as usize);
+        let next_page_token = match rows.last().filter(|_| more) {
+            Some(last) => paging::encode("jobs", &filters, &(last.last_seen_ns, last.job_id.to_string()))?,
+            None => String::new(),
+        };
         let mut jobs = Vec::with_capacity(rows.len());
-        for row in rows.into_iter().filter(|row| r.until_ns == 0 || row.first_seen_ns <= r.until_ns) {
+        for row in rows {
             let ranks = self.jobs.ranked_sessions(&row.job_id).await?;
-            jobs.push(v1::JobSummary {
-                job_id: row.job_id.to_string(),
-                verdict: row.verdict,
-                culprit_rank: row.culprit_rank.map(|r| r.0),
-                fault_class: row.fault_class.unwrap_or_default(),
-                ranks: row.world_size.unwrap_or(ranks).max(ranks),
-                lines: row.lines,
-                first_seen_ns: row.first_seen_ns,
-                last_seen_ns: row.last_seen_ns,
-            });
+            jobs.push(job_summary(row, ranks));
         }
-        Ok(Response::new(v1::ListJobsResponse { jobs }))
+        Ok(Response::new(v1::ListJobsResponse { jobs, next_page_token }))
     }
 
     async fn get_report(&self, req: Request<v1::GetReportRequest>) -> Result<Response<v1::ReportResponse>, Status> {
@@ -139,8 +192,8 @@ impl Query for QueryService {
             kind: Some(r.kind),
             since_ns: r.since_ns,
             until_ns: r.until_ns,
-            limit: r.limit as usize,
-            cursor: Some(r.cursor),
+            limit: (if r.page_size != 0 { r.page_size } else { r.limit }) as usize,
+            cursor: Some(search_token(r.page_token, r.cursor)?),
         };
         let result = search::search(&self.searches, &job, params).await?;
         let hits = result
@@ -148,7 +201,8 @@ impl Query for QueryService {
             .into_iter()
             .map(|h| v1::SearchHit { rank: h.rank, time_ns: h.time_ns, stream: h.stream, line: h.line, capture_ns: h.capture_ns, host: h.host, seq: h.seq })
             .collect();
-        Ok(Response::new(v1::SearchResponse { hits, total: result.total, next_cursor: result.next_cursor.unwrap_or_default() }))
+        let next = result.next_cursor.unwrap_or_default();
+        Ok(Response::new(v1::SearchResponse { hits, total: result.total, next_cursor: next.clone(), next_page_token: next }))
     }
 
     async fn count_by_rank(&self, req: Request<v1::CountByRankRequest>) -> Result<Response<v1::CountByRankResponse>, Status> {
@@ -174,10 +228,14 @@ impl Query for QueryService {
         Ok(Response::new(timeline_response(t)))
     }
 
-    async fn list_snapshots(&self, req: Request<v1::GetReportRequest>) -> Result<Response<v1::ListSnapshotsResponse>, Status> {
-        let job = self.jobs.get(&job_id(&req.into_inner().job_id)?, false).await?;
+    async fn list_snapshots(&self, req: Request<v1::ListSnapshotsRequest>) -> Result<Response<v1::ListSnapshotsResponse>, Status> {
+        let r = req.into_inner();
+        let after: Option<SnapshotKey> = paging::decode(&r.page_token, "snapshots", &r.job_id)?;
+        let job = self.jobs.get(&job_id(&r.job_id)?, false).await?;
         let snapshots = job.snapshots().await?;
-        Ok(Response::new(v1::ListSnapshotsResponse { snapshots: snapshots.iter().map(snapshot_info).collect() }))
+        let (page, next) = paging::page_of(snapshots, snapshot_key, after.as_ref(), paging::page_size(r.page_size));
+        let next_page_token = next.map(|k| paging::encode("snapshots", &r.job_id, &k)).transpose()?.unwrap_or_default();
+        Ok(Response::new(v1::ListSnapshotsResponse { snapshots: page.iter().map(snapshot_info).collect(), next_page_token }))
     }
 
     type GetSnapshotStream = SnapshotStream;
@@ -227,9 +285,25 @@ impl Query for QueryService {
 
     async fn list_suspects(&self, req: Request<v1::ListSuspectsRequest>) -> Result<Response<v1::ListSuspectsResponse>, Status> {
         let r = req.into_inner();
+        let filters = (r.since_ns, r.all);
+        let after: Option<SuspectKey> = paging::decode(&r.page_token, "suspects", &filters)?;
         let since = (r.since_ns != 0).then_some(r.since_ns);
         let list = self.jobs.suspects(since, r.all).await?;
-        Ok(Response::new(v1::ListSuspectsResponse { suspects: list.into_iter().map(coroner_proto::convert::suspect_to_wire).collect() }))
+        let (page, next) = paging::page_of(list, suspect_key, after.as_ref(), paging::page_size(r.page_size));
+        let next_page_token = next.map(|k| paging::encode("suspects", &filters, &k)).transpose()?.unwrap_or_default();
+        Ok(Response::new(v1::ListSuspectsResponse { suspects: page.into_iter().map(coroner_proto::convert::suspect_to_wire).collect(), next_page_token }))
+    }
+}
+
+/// Search pages with the index's keyset cursor: `page_token`, or the older `cursor` field (the
+/// same value). Sent both, they must agree.
+fn search_token(page_token: String, cursor: String) -> Result<String, ServiceError> {
+    match (page_token.is_empty(), cursor.is_empty()) {
+        (false, false) if page_token != cursor => {
+            Err(ServiceError::InvalidArgument("page_token and cursor differ: send one of them (cursor is the older name)".into()))
+        }
+        (true, _) => Ok(cursor),
+        _ => Ok(page_token),
     }
 }
 

@@ -15,7 +15,7 @@ pub async fn page_handler(s: &AppState, f: Filter) -> Response {
     let filter = coroner_store::JobFilter {
         verdict: f.verdict.clone().filter(|v| !v.is_empty()),
         fault_class: f.class.clone().filter(|v| !v.is_empty()),
-        since_ns: None,
+        ..Default::default()
     };
     let rows = match s.jobs.list(&filter).await {
         Ok(rows) => rows,

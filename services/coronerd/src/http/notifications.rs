@@ -38,7 +38,7 @@ fn filter(q: LogQuery) -> Result<DeliveryFilter, ServiceError> {
 
 pub async fn log(State(s): State<AppState>, Query(q): Query<LogQuery>) -> Response {
     let rows = match filter(q) {
-        Ok(f) => s.jobs.store.deliveries(&f).await.map_err(ServiceError::from),
+        Ok(f) => s.jobs.deliveries(&f).await,
         Err(e) => Err(e),
     };
     match rows {
