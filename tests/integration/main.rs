@@ -9,6 +9,7 @@ mod golden;
 mod hardware;
 mod incidents;
 mod live;
+mod multinode;
 mod otlp_metrics;
 mod query_api;
 mod red_team;
