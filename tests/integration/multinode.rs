@@ -81,3 +81,28 @@ fn two_torchrun_nodes_without_node_ranks_file_every_line_under_its_global_rank()
     assert_eq!(lines_sit_under_their_global_ranks(&server, job), (0..4).collect(), "lines of all four global ranks");
     assert_eq!(world_in_jobs_list(&server, job), Some(4), "coroner jobs shows the world size torchrun stated");
 }
+
+#[test]
+fn a_restart_that_recovers_shows_both_attempts_in_the_report() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = "twonode-restart-1";
+    // Global rank 3 raises in attempt 0 only; torchrun (--max-restarts 1) restarts every worker.
+    let fault = [("FAULT", "exception"), ("FAULT_RANK", "3"), ("FAULT_STEP", "2"), ("FAULT_ATTEMPT", "0")];
+    let nodes: Vec<Child> = ["node-a", "node-b"].iter().map(|host| node(&server.grpc_url, job, host, dir.path(), 1, &fault)).collect();
+    for mut n in nodes {
+        let status = n.wait().expect("agent exit");
+        assert_eq!(status.code(), Some(0), "the restarted workers ran to the end");
+    }
+    let r = server.report_until(job, "both attempts", |r| r["attempts"].as_array().is_some_and(|a| a.len() == 2) && r["verdict"] != "running");
+    assert_eq!(r["verdict"], "succeeded", "the last attempt's verdict: {r:#}");
+    let attempts = r["attempts"].as_array().expect("attempts");
+    assert_eq!((attempts[0]["attempt"].as_u64(), attempts[0]["outcome"].as_str()), (Some(0), Some("failed_first")), "{r:#}");
+    assert_eq!(attempts[0]["failed_rank"], 3, "{r:#}");
+    assert_eq!((attempts[1]["attempt"].as_u64(), attempts[1]["outcome"].as_str()), (Some(1), Some("recovered")), "{r:#}");
+    assert_eq!(r["first_failure"]["rank"], 3, "the job's first failure is attempt 0's: {r:#}");
+    let text = server.coroner(&["report", job]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.starts_with(&format!("SUCCEEDED: job {job} - recovered in attempt 1; attempt 0 failed first: rank 3")), "{text}");
+    assert_eq!(lines_sit_under_their_global_ranks(&server, job), (0..4).collect(), "both attempts' lines under their global ranks");
+}
