@@ -41,6 +41,9 @@ import time
 
 ROLE = "default"
 PID = os.getpid()
+# The threads copying the workers' output; like torchrun's tail_log threads, they are finished
+# before the workers' group is started again.
+TEES = []
 
 
 def log(level, where, message):
@@ -107,7 +110,9 @@ def start_workers(args, group_rank, restart_count, round_dir):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         workers.append((lr, base + lr, p))
         for pipe, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
-            threading.Thread(target=tee, args=(pipe, out, f"[{ROLE}{lr}]:"), daemon=True).start()
+            t = threading.Thread(target=tee, args=(pipe, out, f"[{ROLE}{lr}]:"), daemon=True)
+            t.start()
+            TEES.append(t)
     return workers
 
 
@@ -127,6 +132,9 @@ def stop(workers):
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             p.kill()
+    for t in TEES:
+        t.join(timeout=10)
+    TEES.clear()
 
 
 def failure_table(script, failures, host):

@@ -156,11 +156,11 @@ impl JobPipeline {
             line.rank = filer.owner(&line.bytes);
             // torchrun restarted its workers: its rendezvous result counts the restarts.
             if let Some(n) = filer.restart_count().filter(|n| Some(*n) != before) {
-                self.attempts.mark(n, line.capture_ns);
+                self.attempts.mark_lane(lane, n, line.capture_ns);
             }
         }
         if let Some(rank) = line.rank {
-            *self.attempt_lines.entry((rank, self.attempts.attempt_at(line.capture_ns))).or_default() += 1;
+            *self.attempt_lines.entry((rank, self.attempts.attempt_of(lane, line.capture_ns))).or_default() += 1;
             let ev = self.evidence.rank_mut(rank);
             ev.lines += 1;
             ev.first_capture_ns = Some(ev.first_capture_ns.map_or(line.capture_ns, |t| t.min(line.capture_ns)));
@@ -325,7 +325,7 @@ impl JobPipeline {
             return Vec::new();
         }
         let ends: Vec<ProcessEnd> = self.earlier_ends.iter().chain(self.first_hand_ends.values()).cloned().collect();
-        let cut = attempts::Whole { evidence: whole, lines: &self.attempt_lines };
+        let cut = attempts::Whole { evidence: whole, starts: &self.attempts, lines: &self.attempt_lines };
         self.attempts
             .windows()
             .iter()
