@@ -34,7 +34,11 @@ pub fn analyze_attempts(whole: &JobEvidence, attempts: &[(u32, JobEvidence)], ru
         .map(|(i, ((n, e), r))| {
             let outcome = match (r.verdict, first_failed) {
                 (_, Some(f)) if i == f => AttemptOutcome::FailedFirst,
-                (Verdict::Failed, _) if first.is_some_and(|(rank, class)| (r.first_failure.as_ref().and_then(|x| x.rank), r.first_failure.as_ref().map(|x| x.class)) == (rank, class)) => {
+                (Verdict::Failed, _)
+                    if first.is_some_and(|(rank, class)| {
+                        (r.first_failure.as_ref().and_then(|x| x.rank), r.first_failure.as_ref().map(|x| x.class)) == (rank, class)
+                    }) =>
+                {
                     AttemptOutcome::FailedSame
                 }
                 (Verdict::Failed, _) => AttemptOutcome::FailedDifferently,

@@ -157,7 +157,11 @@ fn write_attempts(out: &mut String, r: &Report) -> std::fmt::Result {
     if r.attempts.is_empty() {
         return Ok(());
     }
-    let first = r.attempts.iter().find(|a| a.outcome == AttemptOutcome::FailedFirst).map(|a| format!("; the failure, cascade and ranks here are attempt {}'s, the first to fail", a.attempt));
+    let first = r
+        .attempts
+        .iter()
+        .find(|a| a.outcome == AttemptOutcome::FailedFirst)
+        .map(|a| format!("; the failure, cascade and ranks here are attempt {}'s, the first to fail", a.attempt));
     writeln!(out, "\nAttempts (the job was started {} times{}):", r.attempts.len(), first.unwrap_or_default())?;
     for a in &r.attempts {
         let started = a.started.as_ref().map(|t| format!(" from {t}")).unwrap_or_default();

@@ -50,7 +50,10 @@ fn a_torchrun_log_with_a_restart_is_two_attempts_and_the_first_failure_is_attemp
     assert_eq!(input.attempts.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0, 1]);
     let report = input.report(&RuleSet::builtin());
     assert_eq!(report.first_failure.as_ref().and_then(|f| f.rank), Some(Rank(3)), "attempt 0's local rank 1 was global rank 3: {report:#?}");
-    assert_eq!(report.attempts.iter().map(|a| (a.attempt, a.outcome)).collect::<Vec<_>>(), vec![(0, AttemptOutcome::FailedFirst), (1, AttemptOutcome::Recovered)]);
+    assert_eq!(
+        report.attempts.iter().map(|a| (a.attempt, a.outcome)).collect::<Vec<_>>(),
+        vec![(0, AttemptOutcome::FailedFirst), (1, AttemptOutcome::Recovered)]
+    );
     assert_eq!(report.verdict, Verdict::Succeeded, "the restart ran to the end");
     let text = coroner_analysis::text::render(&report);
     assert!(text.starts_with("SUCCEEDED: job j - recovered in attempt 1; attempt 0 failed first: rank 3"), "{text}");

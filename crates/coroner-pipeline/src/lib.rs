@@ -14,9 +14,9 @@ mod unranked;
 
 pub use report_input::ReportInput;
 
+use attempts::AttemptStarts;
 use coroner_analysis::live::{LiveConfig, LiveMonitor};
 use coroner_analysis::{JobEvidence, RuleSet};
-use attempts::AttemptStarts;
 use coroner_model::{seq_lane, ClockSample, Event, EventKind, LogLine, Nanos, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary, Stream, SuspectedHang};
 use coroner_parse::{RankFiler, RankParser};
 use std::collections::BTreeMap;

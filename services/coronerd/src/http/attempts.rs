@@ -15,7 +15,9 @@ pub fn render(r: &Report, out: &mut String) {
         r.attempts.len(),
         first.map(|a| format!(" The failure, cascade and ranks on this page are attempt {}'s, the first to fail.", a.attempt)).unwrap_or_default()
     ));
-    out.push_str("<table id=\"attempts\"><tr><th>attempt</th><th>from</th><th>ranks</th><th>outcome</th><th>failed rank</th><th>class</th><th>failure</th></tr>");
+    out.push_str(
+        "<table id=\"attempts\"><tr><th>attempt</th><th>from</th><th>ranks</th><th>outcome</th><th>failed rank</th><th>class</th><th>failure</th></tr>",
+    );
     for a in &r.attempts {
         out.push_str(&format!(
             "<tr class=\"{}\"><td>{}</td><td class=\"nowrap\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
