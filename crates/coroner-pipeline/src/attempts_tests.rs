@@ -61,6 +61,19 @@ fn a_torchrun_log_with_a_restart_is_two_attempts_and_the_first_failure_is_attemp
 }
 
 #[test]
+fn a_requeued_job_whose_first_run_is_not_here_lists_only_the_attempt_it_saw() {
+    let mut p = JobPipeline::new("j");
+    p.set_world_size(1);
+    p.mark_attempt(1, 5 * S);
+    p.push_line(LogLine { rank: Some(Rank(0)), stream: Stream::Stdout, seq: 0, capture_ns: 6 * S, bytes: b"step 1 loss 1.0".to_vec() });
+    p.add_end(ProcessEnd { rank: Rank(0), exit_code: Some(0), signal: None, at_ns: Some(7 * S) });
+    p.set_finished(true);
+    let report = p.report(&RuleSet::builtin());
+    assert_eq!(report.attempts.iter().map(|a| (a.attempt, a.outcome)).collect::<Vec<_>>(), vec![(1, AttemptOutcome::Succeeded)]);
+    assert_eq!(report.verdict, Verdict::Succeeded);
+}
+
+#[test]
 fn a_job_of_one_attempt_has_no_attempts() {
     let mut p = JobPipeline::new("j");
     for (seq, l) in rendezvous(0, [0, 1]).iter().enumerate() {

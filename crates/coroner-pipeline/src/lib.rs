@@ -319,14 +319,16 @@ impl JobPipeline {
     }
 
     /// Each attempt's share of `whole` (this pipeline's evidence), with its own process ends;
-    /// empty for a job of one attempt.
+    /// empty for a job of one attempt. An attempt of which nothing is known (a requeued job whose
+    /// first run shipped elsewhere) is left out.
     pub fn attempt_evidence(&self, whole: &JobEvidence) -> Vec<(u32, JobEvidence)> {
         if self.attempts.is_empty() {
             return Vec::new();
         }
         let ends: Vec<ProcessEnd> = self.earlier_ends.iter().chain(self.first_hand_ends.values()).cloned().collect();
         let cut = attempts::Whole { evidence: whole, starts: &self.attempts, lines: &self.attempt_lines };
-        self.attempts
+        let attempts: Vec<(u32, JobEvidence)> = self
+            .attempts
             .windows()
             .iter()
             .map(|w| {
@@ -334,7 +336,12 @@ impl JobPipeline {
                 e.ends = self.ends(attempts::ends_in(&ends, w), &e, w.is_last());
                 (w.attempt, e)
             })
-            .collect()
+            .filter(|(_, e)| !e.ranks.is_empty() || !e.unowned.is_empty() || !e.ends.is_empty())
+            .collect();
+        if matches!(attempts.as_slice(), [(0, _)]) {
+            return Vec::new();
+        }
+        attempts
     }
 
     pub fn lines_seen(&self) -> u64 {

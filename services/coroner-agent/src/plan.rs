@@ -224,12 +224,12 @@ fn attempt(env: &impl Fn(&str) -> Option<String>, job: &str, notes: &mut Vec<Str
 /// Whether the agent speaks for a whole node's launcher (`--launcher auto|none|torchrun`).
 fn launcher_mode(flag: Option<&str>, command: &[OsString], notes: &mut Vec<String>) -> bool {
     match flag.map(str::trim) {
-        None | Some("") | Some("auto") => launcher::is_torchrun(command),
+        None | Some("") | Some("auto") => launcher::is_node_launcher(command),
         Some("none") => false,
         Some("torchrun") => true,
         Some(other) => {
             notes.push(format!("--launcher / CORONER_LAUNCHER {other:?} is not auto, none or torchrun; using auto"));
-            launcher::is_torchrun(command)
+            launcher::is_node_launcher(command)
         }
     }
 }
