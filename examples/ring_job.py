@@ -7,7 +7,8 @@ One rank can be made to fail at a chosen step, and the others fail after it the 
 its ring neighbour sees the connection close, the rest time out waiting.
 
 Environment: RANK, WORLD_SIZE (as torchrun sets them; under srun, SLURM_PROCID and SLURM_NTASKS), MASTER_PORT (default 29600), RING_DIR, STEPS (8),
-STEP_SECONDS (0.2), COLLECTIVE_TIMEOUT (10 s), FAULT_RANK, FAULT_STEP (3), and FAULT, one of:
+STEP_SECONDS (0.2), COLLECTIVE_TIMEOUT (10 s), FAULT_RANK, FAULT_STEP (3), FAULT_ATTEMPT (fail only in
+the attempt whose TORCHELASTIC_RESTART_COUNT is this; default every attempt), and FAULT, one of:
   nan       raise ValueError("loss is not finite: nan at step N")
   exception raise RuntimeError with a shape error
   hang      stop making progress (sleep) without dying
@@ -37,6 +38,8 @@ TIMEOUT = float(os.environ.get("COLLECTIVE_TIMEOUT", "10"))
 FAULT = os.environ.get("FAULT", "")
 FAULT_RANK = int(os.environ.get("FAULT_RANK", "-1"))
 FAULT_STEP = int(os.environ.get("FAULT_STEP", "3"))
+FAULT_ATTEMPT = os.environ.get("FAULT_ATTEMPT", "")
+ATTEMPT = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 
 log = logging.getLogger("train")
 MESSAGE = struct.Struct("!Qd")
@@ -113,7 +116,7 @@ def all_reduce(value, step, to_next, from_prev):
 
 
 def inject(step):
-    if RANK != FAULT_RANK or step != FAULT_STEP:
+    if RANK != FAULT_RANK or step != FAULT_STEP or (FAULT_ATTEMPT and FAULT_ATTEMPT != ATTEMPT):
         return
     if FAULT == "nan":
         raise ValueError(f"loss is not finite: nan at step {step}")

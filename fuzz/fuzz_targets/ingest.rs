@@ -68,8 +68,11 @@ fuzz_target!(|data: &[u8]| {
                     pipeline.set_host(Rank(rank), &r.host);
                 }
                 if let Some(base) = r.node_rank_base {
-                    pipeline.set_node_rank_base(base);
+                    // One session here: its lines are numbered in lane 0.
+                    pipeline.set_node_rank_base(0, base);
                 }
+                // coronerd marks a later attempt as begun when its session opens.
+                pipeline.mark_attempt(r.attempt.unwrap_or(0), 0);
                 session = Some(Session { rank: r.rank.map(Rank), world_size: r.world_size });
             }
             Tag::LogBatch => {

@@ -10,6 +10,7 @@ mod golden;
 mod hardware;
 mod incidents;
 mod live;
+mod multinode;
 mod notify;
 mod otlp_metrics;
 mod postgres;

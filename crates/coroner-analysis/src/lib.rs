@@ -6,6 +6,7 @@
 //! failing rank (or the stuck one, or the deviating one; [`flight`] matches flight recorder dumps
 //! across ranks), and write the [`Report`].
 
+pub mod attempts;
 mod cancel;
 mod cascade;
 pub mod causality;

@@ -89,6 +89,7 @@ pub fn build(evidence: &JobEvidence, rules: &RuleSet, job: &ClassifiedJob<'_>, c
         live_findings: Vec::new(),
         similar_incidents: None,
         flight_recorder: None,
+        attempts: Vec::new(),
     }
 }
 

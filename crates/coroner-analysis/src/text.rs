@@ -1,6 +1,6 @@
 //! The report for a person: the first line gives the verdict and the culprit.
 
-use coroner_model::{Report, Verdict};
+use coroner_model::{AttemptOutcome, Report, Verdict};
 use std::fmt::Write;
 
 pub fn render(report: &Report) -> String {
@@ -11,6 +11,18 @@ pub fn render(report: &Report) -> String {
 
 fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
     match (&r.verdict, &r.first_failure) {
+        (Verdict::Succeeded, Some(f)) if !r.attempts.is_empty() => {
+            let failed = r.attempts.iter().find(|a| a.outcome == AttemptOutcome::FailedFirst).map_or(0, |a| a.attempt);
+            let last = r.attempts.last().map_or(0, |a| a.attempt);
+            let who = f.rank.map_or_else(|| "a process of unknown rank".to_string(), |rank| format!("rank {rank}"));
+            let host = f.host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
+            writeln!(
+                out,
+                "SUCCEEDED: job {} - recovered in attempt {last}; attempt {failed} failed first: {who}{host}: {} (confidence {:.2})",
+                r.job_id, f.class, f.confidence
+            )?;
+            write_first(out, f)?;
+        }
         (Verdict::Succeeded, _) if !r.ranks.is_empty() && r.ranks.iter().all(|k| k.ended.as_deref() == Some("exited 0")) => {
             writeln!(out, "SUCCEEDED: job {} - every rank exited cleanly", r.job_id)?;
         }
@@ -42,6 +54,7 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         }
         (v, None) => writeln!(out, "{}: job {} - no failure found", v.as_str().to_uppercase(), r.job_id)?,
     }
+    write_attempts(out, r)?;
     crate::history::write_similar(out, r)?;
     if !r.cascade.is_empty() {
         writeln!(out, "\nCascade (who gave up because of whom):")?;
@@ -137,4 +150,27 @@ fn write_first(out: &mut String, f: &coroner_model::FirstFailure) -> std::fmt::R
 
 fn join(ranks: &[coroner_model::Rank]) -> String {
     ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// A job started more than once: each attempt and what it did.
+fn write_attempts(out: &mut String, r: &Report) -> std::fmt::Result {
+    if r.attempts.is_empty() {
+        return Ok(());
+    }
+    let first = r
+        .attempts
+        .iter()
+        .find(|a| a.outcome == AttemptOutcome::FailedFirst)
+        .map(|a| format!("; the failure, cascade and ranks here are attempt {}'s, the first to fail", a.attempt));
+    writeln!(out, "\nAttempts (the job was started {} times{}):", r.attempts.len(), first.unwrap_or_default())?;
+    for a in &r.attempts {
+        let started = a.started.as_ref().map(|t| format!(" from {t}")).unwrap_or_default();
+        let failure = match (a.failed_rank, a.class) {
+            (Some(rank), Some(class)) => format!(": rank {rank}, {class}"),
+            (None, Some(class)) => format!(": {class}"),
+            _ => String::new(),
+        };
+        writeln!(out, "  attempt {}{started}, {} rank(s): {}{failure}", a.attempt, a.ranks, a.outcome.as_str())?;
+    }
+    Ok(())
 }

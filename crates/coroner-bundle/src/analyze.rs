@@ -18,6 +18,10 @@ pub struct Analysis {
 pub fn analyze(paths: &[PathBuf], job: &str, rules: &RuleSet) -> Result<Analysis, BundleError> {
     let mut pipeline = JobPipeline::new(job);
     let summary = load_paths(paths, &mut pipeline)?;
+    // Offline, what a launcher said of the world size (its rendezvous result) is the best there is.
+    if let Some(n) = pipeline.said_world_size() {
+        pipeline.set_world_size(n);
+    }
     let report = pipeline.report(rules);
     Ok(Analysis { report, summary, pipeline })
 }

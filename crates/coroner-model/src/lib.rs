@@ -4,6 +4,7 @@
 //! [`Event`]s the parsers produce, how a process ended ([`ProcessEnd`]), NTP-style
 //! [`ClockSample`]s, and the [`Report`] the analysis writes. Nothing here does IO.
 
+mod attempt;
 mod class;
 mod clock;
 mod event;
@@ -18,6 +19,7 @@ mod process;
 mod report;
 mod time;
 
+pub use attempt::{AttemptOutcome, AttemptSummary};
 pub use class::{FaultClass, Role, Verdict};
 pub use clock::ClockSample;
 pub use event::{CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef};
@@ -26,7 +28,7 @@ pub use flight_report::{FlightRecorderReport, FrDivergence, FrEntryView, FrGroup
 pub use gpu::{GpuSample, GPU_QUERY_FIELDS, GPU_SAMPLE_PREFIX};
 pub use ids::{HostId, JobId, PgId, Rank, SeqNo, MAX_WORLD_SIZE};
 pub use incident::{FailureSignature, HostCount, JobHosts, PastIncident, RecordedFailure, SimilarIncidents, Suspect};
-pub use line::{cap_line, truncation_marker, LogLine, Stream, MARKER_SLACK, MAX_LINE_BYTES};
+pub use line::{cap_line, seq_lane, truncation_marker, LogLine, Stream, MARKER_SLACK, MAX_LINE_BYTES, SEQ_LANE_BITS};
 pub use live::SuspectedHang;
 pub use process::{signal_name, signal_number, ProcessEnd, ProcessEndCause};
 pub use report::{

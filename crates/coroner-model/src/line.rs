@@ -12,6 +12,17 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// a line cut by the agent is not cut again by the server.
 pub const MARKER_SLACK: usize = 64;
 
+/// Bits of a sequence number within its lane. Every agent instance numbers its lines in a lane of
+/// 2^40 numbers of its own (coronerd's `job/claims.rs`), so the lane of a line's number names the
+/// agent that captured it: coronerd deduplicates per lane, the pipeline keeps a launcher's
+/// rank mapping per lane (one per node).
+pub const SEQ_LANE_BITS: u32 = 40;
+
+/// The lane of a sequence number.
+pub fn seq_lane(seq: u64) -> u32 {
+    (seq >> SEQ_LANE_BITS) as u32
+}
+
 /// What ends a line cut `cut` bytes short.
 pub fn truncation_marker(cut: u64) -> String {
     format!(" [coroner: truncated {cut} bytes]")

@@ -5,7 +5,7 @@ use crate::{FaultClass, Rank, Verdict};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a field's meaning changes; readers refuse versions they do not know.
-pub const REPORT_FORMAT_VERSION: u32 = 1;
+pub const REPORT_FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -33,6 +33,11 @@ pub struct Report {
     /// What matching the ranks' flight recorder dumps found, when there were any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flight_recorder: Option<crate::FlightRecorderReport>,
+    /// A job started more than once (torchrun restarts, a Slurm requeue): every attempt, in order.
+    /// The verdict is the last attempt's; `first_failure`, the cascade, the collectives and the
+    /// ranks are those of the attempt that failed first. Empty for a job of one attempt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<crate::AttemptSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -35,6 +35,7 @@ pub mod severity;
 pub mod steps;
 pub mod template;
 pub mod time;
+pub mod topology;
 mod util;
 
 pub use filer::RankFiler;

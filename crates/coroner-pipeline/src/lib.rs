@@ -4,6 +4,9 @@
 //! It owns the stateful per-(rank, stream) parsers, files launcher lines under their worker's rank,
 //! and accumulates the [`JobEvidence`] the pure analysis reads. No IO.
 
+mod attempts;
+#[cfg(test)]
+mod attempts_tests;
 #[cfg(test)]
 mod push_log_tests;
 mod report_input;
@@ -11,9 +14,10 @@ mod unranked;
 
 pub use report_input::ReportInput;
 
+use attempts::AttemptStarts;
 use coroner_analysis::live::{LiveConfig, LiveMonitor};
 use coroner_analysis::{JobEvidence, RuleSet};
-use coroner_model::{ClockSample, Event, EventKind, LogLine, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary, Stream, SuspectedHang};
+use coroner_model::{seq_lane, ClockSample, Event, EventKind, LogLine, Nanos, PgId, ProcessEnd, Rank, Report, SeqNo, SnapshotSummary, Stream, SuspectedHang};
 use coroner_parse::{RankFiler, RankParser};
 use std::collections::BTreeMap;
 
@@ -21,10 +25,18 @@ use std::collections::BTreeMap;
 pub struct JobPipeline {
     evidence: JobEvidence,
     parsers: BTreeMap<(Option<Rank>, Stream), RankParser>,
-    /// Files a launcher's lines under the ranks their prefixes name.
-    filer: RankFiler,
+    /// Files a launcher's lines under the ranks their prefixes name: one filer per lane of
+    /// sequence numbers (`coroner_model::seq_lane`), that is per agent, so per node when each
+    /// node's launcher has its agent (offline, everything is lane 0).
+    filers: BTreeMap<u32, RankFiler>,
     /// Ends reported first-hand (by an agent or an exits file) win over a launcher's table.
     first_hand_ends: BTreeMap<Rank, ProcessEnd>,
+    /// First-hand ends of a rank's earlier attempts (a later end of the rank replaced them above).
+    earlier_ends: Vec<ProcessEnd>,
+    /// When each attempt after the first began (`attempts.rs`).
+    attempts: AttemptStarts,
+    /// Lines per (rank, attempt), counted as they arrive.
+    attempt_lines: BTreeMap<(Rank, u32), u64>,
     /// A per-node launcher (torchrun) exited 0: it does so only when every worker did.
     launcher_succeeded: bool,
     /// The live hang monitor, for a job watched while it runs (coronerd); off offline.
@@ -40,8 +52,11 @@ impl JobPipeline {
         JobPipeline {
             evidence: JobEvidence { job_id: job_id.to_string(), ..Default::default() },
             parsers: BTreeMap::new(),
-            filer: RankFiler::default(),
+            filers: BTreeMap::new(),
             first_hand_ends: BTreeMap::new(),
+            earlier_ends: Vec::new(),
+            attempts: AttemptStarts::default(),
+            attempt_lines: BTreeMap::new(),
             launcher_succeeded: false,
             live: None,
             live_findings: Vec::new(),
@@ -87,9 +102,40 @@ impl JobPipeline {
         self.evidence.world_size = Some(self.evidence.world_size.map_or(n, |w| w.max(n)));
     }
 
-    /// For a per-node launcher's lines: the global rank of local rank 0 on that node.
-    pub fn set_node_rank_base(&mut self, base: u32) {
-        self.filer.set_base(base);
+    /// The world size as the evidence has it now.
+    pub fn world_size(&self) -> Option<u32> {
+        self.evidence.world_size
+    }
+
+    /// The world size a launcher's own lines stated (torchrun's rendezvous result, DeepSpeed's
+    /// rank mapping: `coroner_parse::topology`). Not taken into the evidence by itself: a
+    /// line is a claim, and whoever feeds the pipeline decides how far to believe it (coronerd
+    /// as far as its agents warrant, `coroner analyze` wholly: see `coroner_bundle`).
+    pub fn said_world_size(&self) -> Option<u32> {
+        self.filers.values().filter_map(RankFiler::world_size).max()
+    }
+
+    /// For a per-node launcher's lines, numbered in `lane`: the global rank of local rank 0 on
+    /// that node.
+    pub fn set_node_rank_base(&mut self, lane: u32, base: u32) {
+        self.filers.entry(lane).or_default().set_base(base);
+    }
+
+    /// Attempt `attempt` of the job was under way at `at_ns` (a session opened for it; see
+    /// `attempts.rs`). Attempt 0 is the job's first start and needs no mark.
+    pub fn mark_attempt(&mut self, attempt: u32, at_ns: Nanos) {
+        self.attempts.mark(attempt, at_ns);
+    }
+
+    /// The attempt in which `rank`'s process last ended, when it did (first-hand).
+    pub fn ended_in_attempt(&self, rank: Rank) -> Option<u32> {
+        let end = self.first_hand_ends.get(&rank)?;
+        Some(self.attempts.attempt_at(end.at_ns.unwrap_or(Nanos::MAX)))
+    }
+
+    /// The global rank of local rank `local` of the launcher whose lines are numbered in `lane`.
+    fn global_of(&self, lane: u32, local: u32) -> Rank {
+        self.filers.get(&lane).map_or(Rank(local), |f| f.global_of(local))
     }
 
     pub fn set_host(&mut self, rank: Rank, host: &str) {
@@ -103,10 +149,18 @@ impl JobPipeline {
 
     /// Feeds one captured line. A line without an owner is filed by its launcher prefix, if any.
     pub fn push_line(&mut self, mut line: LogLine) {
+        let lane = seq_lane(line.seq);
         if line.rank.is_none() {
-            line.rank = self.filer.owner(&line.bytes);
+            let filer = self.filers.entry(lane).or_default();
+            let before = filer.restart_count();
+            line.rank = filer.owner(&line.bytes);
+            // torchrun restarted its workers: its rendezvous result counts the restarts.
+            if let Some(n) = filer.restart_count().filter(|n| Some(*n) != before) {
+                self.attempts.mark_lane(lane, n, line.capture_ns);
+            }
         }
         if let Some(rank) = line.rank {
+            *self.attempt_lines.entry((rank, self.attempts.attempt_of(lane, line.capture_ns))).or_default() += 1;
             let ev = self.evidence.rank_mut(rank);
             ev.lines += 1;
             ev.first_capture_ns = Some(ev.first_capture_ns.map_or(line.capture_ns, |t| t.min(line.capture_ns)));
@@ -124,7 +178,7 @@ impl JobPipeline {
         let parser = self.parsers.entry((line.rank, line.stream)).or_insert_with(|| RankParser::new(line.rank));
         let mut out = Vec::new();
         parser.push(&line, &mut out);
-        self.file_events(line.rank, out);
+        self.file_events(lane, line.rank, out);
     }
 
     /// A launcher's own end. torchrun exits 0 only when all its workers did, so a clean launcher
@@ -137,7 +191,13 @@ impl JobPipeline {
         if let Some(live) = &mut self.live {
             live.push_end(end.rank);
         }
-        self.first_hand_ends.insert(end.rank, end);
+        let at = end.at_ns;
+        if let Some(old) = self.first_hand_ends.insert(end.rank, end) {
+            // The same rank ended again at another time: an earlier attempt's end.
+            if old.at_ns.is_some() && old.at_ns != at && !self.earlier_ends.contains(&old) {
+                self.earlier_ends.push(old);
+            }
+        }
     }
 
     pub fn add_clock_samples(&mut self, samples: impl IntoIterator<Item = ClockSample>) {
@@ -233,7 +293,7 @@ impl JobPipeline {
         for ev in evidence.ranks.values_mut() {
             ev.events.sort_by_key(|e| (e.capture_ns, e.line.seq));
         }
-        evidence.ends = self.ends(&evidence);
+        evidence.ends = self.ends(self.first_hand_ends.clone(), &evidence, true);
         unranked::identify_by_launcher(&mut evidence);
         evidence.snapshots.sort_by(|a, b| (a.rank, &a.kind, &a.name).cmp(&(b.rank, &b.kind, &b.name)));
         if let Some(note) = missing_dumps(&evidence) {
@@ -248,23 +308,57 @@ impl JobPipeline {
     /// What a report as of now is computed from (the costly part, [`ReportInput::report`], needs
     /// no access to the pipeline).
     pub fn report_input(&self) -> ReportInput {
-        ReportInput { evidence: self.evidence(), live_findings: self.live_findings.clone() }
+        let evidence = self.evidence();
+        let attempts = self.attempt_evidence(&evidence);
+        ReportInput { evidence, live_findings: self.live_findings.clone(), attempts }
     }
 
-    /// The report as of now: [`ReportInput::report`] without the copy of the live findings.
+    /// The report as of now (what [`ReportInput::report`] computes).
     pub fn report(&self, rules: &RuleSet) -> Report {
-        report_input::with_live_findings(coroner_analysis::analyze(&self.evidence(), rules), &self.live_findings)
+        self.report_input().report(rules)
+    }
+
+    /// Each attempt's share of `whole` (this pipeline's evidence), with its own process ends;
+    /// empty for a job of one attempt. An attempt of which nothing is known (a requeued job whose
+    /// first run shipped elsewhere) is left out.
+    pub fn attempt_evidence(&self, whole: &JobEvidence) -> Vec<(u32, JobEvidence)> {
+        if self.attempts.is_empty() {
+            return Vec::new();
+        }
+        let ends: Vec<ProcessEnd> = self.earlier_ends.iter().chain(self.first_hand_ends.values()).cloned().collect();
+        let cut = attempts::Whole { evidence: whole, starts: &self.attempts, lines: &self.attempt_lines };
+        let attempts: Vec<(u32, JobEvidence)> = self
+            .attempts
+            .windows()
+            .iter()
+            .map(|w| {
+                let mut e = attempts::evidence_in(&cut, w);
+                e.ends = self.ends(attempts::ends_in(&ends, w), &e, w.is_last());
+                (w.attempt, e)
+            })
+            .filter(|(_, e)| !e.ranks.is_empty() || !e.unowned.is_empty() || !e.ends.is_empty())
+            .collect();
+        if matches!(attempts.as_slice(), [(0, _)]) {
+            return Vec::new();
+        }
+        attempts
     }
 
     pub fn lines_seen(&self) -> u64 {
         self.evidence.ranks.values().map(|r| r.lines).sum()
     }
 
-    fn file_events(&mut self, rank: Option<Rank>, events: Vec<Event>) {
-        for e in &events {
-            if let EventKind::LauncherWorkerFailed(f) = &e.kind {
-                if let (Some(g), Some(l)) = (f.global_rank, f.local_rank) {
-                    self.filer.learn(l, g.0);
+    fn file_events(&mut self, lane: u32, rank: Option<Rank>, mut events: Vec<Event>) {
+        for e in &mut events {
+            if let EventKind::LauncherWorkerFailed(f) = &mut e.kind {
+                match (f.global_rank, f.local_rank) {
+                    (Some(g), Some(l)) => self.filers.entry(lane).or_default().learn(l, g.0),
+                    // Named by its local rank, after the launcher said where its node sits: the
+                    // global rank is that mapping's (a restart's rendezvous may give the node other
+                    // ranks later). Without it, the rank is read when the report is made, from
+                    // whatever mapping was learned by then (the failure table's rows).
+                    (None, Some(l)) if self.filers.get(&lane).is_some_and(|f| f.world_size().is_some()) => f.global_rank = Some(self.global_of(lane, l)),
+                    _ => {}
                 }
             }
         }
@@ -275,7 +369,7 @@ impl JobPipeline {
             let (samples, rest): (Vec<Event>, Vec<Event>) = events.into_iter().partition(|e| matches!(&e.kind, EventKind::GpuSample(s) if s.index.is_some()));
             for e in samples {
                 let owner = match &e.kind {
-                    EventKind::GpuSample(s) => s.index.map(|i| self.filer.global_of(i)),
+                    EventKind::GpuSample(s) => s.index.map(|i| self.global_of(lane, i)),
                     _ => None,
                 };
                 file_into(&mut self.evidence, owner, vec![e]);
@@ -286,18 +380,18 @@ impl JobPipeline {
         file_into(&mut self.evidence, rank, events);
     }
 
-    /// First-hand ends, completed from the launcher's failure table for ranks without one.
-    fn ends(&self, evidence: &JobEvidence) -> Vec<ProcessEnd> {
-        let mut ends = self.first_hand_ends.clone();
+    /// First-hand ends, completed from the launcher's failure table for ranks without one (and,
+    /// in the last attempt, from a launcher that exited 0).
+    fn ends(&self, mut ends: BTreeMap<Rank, ProcessEnd>, evidence: &JobEvidence, last: bool) -> Vec<ProcessEnd> {
         for e in &evidence.unowned {
             if let EventKind::LauncherWorkerFailed(f) = &e.kind {
-                let rank = f.global_rank.or_else(|| f.local_rank.map(|l| self.filer.global_of(l)));
+                let rank = f.global_rank.or_else(|| f.local_rank.map(|l| self.global_of(seq_lane(e.line.seq), l)));
                 if let Some(rank) = rank {
                     ends.entry(rank).or_insert(ProcessEnd { rank, exit_code: f.exit_code, signal: f.signal, at_ns: None });
                 }
             }
         }
-        if self.launcher_succeeded {
+        if self.launcher_succeeded && last {
             let known = evidence.ranks.keys().copied().chain((0..evidence.world_size.unwrap_or(0)).map(Rank));
             for rank in known.collect::<Vec<_>>() {
                 ends.entry(rank).or_insert(ProcessEnd { rank, exit_code: Some(0), signal: None, at_ns: None });
@@ -453,7 +547,7 @@ mod gpu_sample_tests {
     #[test]
     fn a_node_agents_samples_go_to_the_local_rank_of_their_gpu_index() {
         let mut p = JobPipeline::new("j");
-        p.set_node_rank_base(8);
+        p.set_node_rank_base(0, 8);
         for (seq, index) in [0u32, 1].iter().enumerate() {
             let s =
                 GpuSample { index: Some(*index), bus: format!("00000000:0{index}:00.0"), used_mib: 100 + u64::from(*index), total_mib: 1000, util_pct: None };

@@ -33,6 +33,7 @@ macro_rules! impl_metastore {
                     .bind(&s.agent_instance)
                     .bind($crate::rows::versions_json(s))
                     .bind(s.opened_ns)
+                    .bind(i64::from(s.attempt))
                     .execute(&self.pool)
                     .await
                     .map_err(|e| $crate::StoreError::query("record the session", s.job_id.as_str(), e))?;

@@ -18,6 +18,8 @@ pub struct SessionRecord {
     /// Versions of what the session runs (`torch`, `nccl`, `cuda`, the agent).
     pub versions: BTreeMap<String, String>,
     pub opened_ns: i64,
+    /// The job's attempt this session belongs to: 0 for its first start (migration 0004).
+    pub attempt: u32,
 }
 
 /// A job and the summary of its latest report.

@@ -99,6 +99,7 @@ pub(crate) fn session_row(row: &impl Get) -> Result<SessionRecord, StoreError> {
         agent_instance: row.get_string("agent_instance")?,
         versions,
         opened_ns: row.get_i64("opened_ns")?,
+        attempt: to_u32("attempt", row.get_i64("attempt")?)?,
     })
 }
 

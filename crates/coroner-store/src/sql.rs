@@ -17,17 +17,17 @@ ON CONFLICT (job_id) DO UPDATE SET
 
 pub const OPEN_SESSION: &str = "
 INSERT INTO sessions (session_id, job_id, rank, local_rank, world_size, host, pid, launcher,
-                      agent_instance, versions_json, opened_ns)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                      agent_instance, versions_json, opened_ns, attempt)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 ON CONFLICT (session_id) DO UPDATE SET
     job_id = excluded.job_id, rank = excluded.rank, local_rank = excluded.local_rank,
     world_size = excluded.world_size, host = excluded.host, pid = excluded.pid,
     launcher = excluded.launcher, agent_instance = excluded.agent_instance,
-    versions_json = excluded.versions_json, opened_ns = excluded.opened_ns";
+    versions_json = excluded.versions_json, opened_ns = excluded.opened_ns, attempt = excluded.attempt";
 
 pub const SESSIONS: &str = "
 SELECT session_id, job_id, rank, local_rank, world_size, host, pid, launcher, agent_instance,
-       versions_json, opened_ns
+       versions_json, opened_ns, attempt
 FROM sessions WHERE job_id = $1 ORDER BY opened_ns, session_id";
 
 pub const ADD_CLOCK_SAMPLE: &str = "

@@ -5,12 +5,17 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-/// Whether the wrapped command is a launcher, as detected from its program and arguments.
-pub fn is_torchrun(command: &[OsString]) -> bool {
+/// Whether the wrapped command is a per-node launcher, as detected from its program and
+/// arguments: torchrun (and `python -m torch.distributed.run|launch`), `accelerate launch` (which
+/// runs torchrun's agent), DeepSpeed's `deepspeed` and `python -m deepspeed.launcher.launch`.
+pub fn is_node_launcher(command: &[OsString]) -> bool {
     let Some(program) = command.first() else { return false };
     let base = Path::new(program).file_name().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default();
-    if base == "torchrun" {
+    if base == "torchrun" || base == "deepspeed" {
         return true;
+    }
+    if base == "accelerate" {
+        return command.get(1).is_some_and(|a| a == "launch");
     }
     if !base.starts_with("python") {
         return false;
@@ -19,7 +24,10 @@ pub fn is_torchrun(command: &[OsString]) -> bool {
     for (i, arg) in args.iter().enumerate() {
         let module = if arg == "-m" { args.get(i + 1).map(String::as_str) } else { arg.strip_prefix("-m").filter(|m| !m.is_empty() && !m.starts_with('-')) };
         if let Some(module) = module {
-            return matches!(module, "torch.distributed.run" | "torch.distributed.launch");
+            return matches!(
+                module,
+                "torch.distributed.run" | "torch.distributed.launch" | "accelerate.commands.launch" | "deepspeed.launcher.launch" | "deepspeed.launcher.runner"
+            );
         }
         // Python's own options come before -m; anything else (a script) ends the search.
         if !arg.starts_with('-') {
@@ -67,13 +75,17 @@ mod tests {
 
     #[test]
     fn detects_torchrun_and_its_module_forms() {
-        assert!(is_torchrun(&cmd(&["/usr/bin/torchrun", "--nproc-per-node", "2", "train.py"])));
-        assert!(is_torchrun(&cmd(&["python3", "-m", "torch.distributed.run", "train.py"])));
-        assert!(is_torchrun(&cmd(&["python", "-u", "-mtorch.distributed.launch", "train.py"])));
-        assert!(!is_torchrun(&cmd(&["python", "train.py", "-m", "torch.distributed.run"])));
-        assert!(!is_torchrun(&cmd(&["python", "-m", "pytest"])));
-        assert!(!is_torchrun(&cmd(&["sh", "-c", "torchrun"])));
-        assert!(!is_torchrun(&[]));
+        assert!(is_node_launcher(&cmd(&["/usr/bin/torchrun", "--nproc-per-node", "2", "train.py"])));
+        assert!(is_node_launcher(&cmd(&["python3", "-m", "torch.distributed.run", "train.py"])));
+        assert!(is_node_launcher(&cmd(&["python", "-u", "-mtorch.distributed.launch", "train.py"])));
+        assert!(!is_node_launcher(&cmd(&["python", "train.py", "-m", "torch.distributed.run"])));
+        assert!(!is_node_launcher(&cmd(&["python", "-m", "pytest"])));
+        assert!(is_node_launcher(&cmd(&["/opt/venv/bin/accelerate", "launch", "--multi_gpu", "train.py"])));
+        assert!(!is_node_launcher(&cmd(&["accelerate", "config"])));
+        assert!(is_node_launcher(&cmd(&["deepspeed", "--num_gpus", "8", "train.py"])));
+        assert!(is_node_launcher(&cmd(&["python", "-u", "-m", "deepspeed.launcher.launch", "--world_info=e30=", "train.py"])));
+        assert!(!is_node_launcher(&cmd(&["sh", "-c", "torchrun"])));
+        assert!(!is_node_launcher(&[]));
     }
 
     #[test]

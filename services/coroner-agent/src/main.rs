@@ -91,7 +91,7 @@ pub(crate) struct RunArgs {
     /// lines is reported with the process end.
     #[arg(long, env = "CORONER_SPOOL_MAX_BYTES")]
     pub(crate) spool_max_bytes: Option<String>,
-    /// `auto` (a per-node launcher agent when CMD is torchrun or python -m torch.distributed.run/launch),
+    /// `auto` (a per-node launcher agent when CMD is torchrun, python -m torch.distributed.run/launch, accelerate launch or deepspeed),
     /// `none` (always one rank) or `torchrun` (always a per-node agent filing lines by rank prefix).
     #[arg(long, env = "CORONER_LAUNCHER")]
     pub(crate) launcher: Option<String>,

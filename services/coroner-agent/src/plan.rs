@@ -40,6 +40,10 @@ pub struct Plan {
     pub launcher: String,
     pub is_launcher: bool,
     pub node_rank_base: Option<u32>,
+    /// The job's attempt this run belongs to, when the environment counts restarts
+    /// (`identity::restart_count`): 0 for the first start.
+    #[serde(default)]
+    pub attempt: Option<u32>,
     pub command: Vec<String>,
     /// This agent instance (host, pid, start): names its spool file and its lane of numbers.
     pub instance: String,
@@ -75,7 +79,7 @@ impl Plan {
         let mut notes = Vec::new();
         let host = &identity::host_name(args.host.as_deref(), &env, gethostname);
         let id = identify(args, &env, host, pid, started_ns, &mut notes);
-        restart_note(&env, id.job.as_str(), &mut notes);
+        let attempt = attempt(&env, id.job.as_str(), &mut notes);
         let command: Vec<OsString> = args.command.clone();
         let is_launcher = launcher_mode(args.launcher.as_deref(), &command, &mut notes);
         let node_rank_base = if is_launcher {
@@ -113,6 +117,7 @@ impl Plan {
             launcher: if is_launcher { "torchrun".into() } else { id.launcher.into() },
             is_launcher,
             node_rank_base,
+            attempt,
             command: command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
             instance: safe_name(&format!("{host}-{pid}-{started_ns:x}")),
             server: args.to.server.clone(),
@@ -206,25 +211,25 @@ fn identify(args: &RunArgs, env: &impl Fn(&str) -> Option<String>, host: &str, p
 }
 
 /// A job the launcher restarted (a Slurm requeue, a torchrun restart, a JobSet restart) keeps its
-/// job id, so every attempt's lines share one job. The protocol has no field for the attempt
-/// yet: a restart is said in a note, for the report, with the variable that counted it.
-fn restart_note(env: &impl Fn(&str) -> Option<String>, job: &str, notes: &mut Vec<String>) {
-    if let Some((var, n)) = identity::restart_count(env, notes).filter(|&(_, n)| n > 0) {
-        notes.push(format!(
-            "this is restart {n} of job {job} ({var}={n}): its lines join those of the earlier attempts in this job, and the report does not tell the attempts apart"
-        ));
+/// job id, so every attempt's lines share one job; the session says which attempt this is
+/// (`OpenSessionRequest.attempt`), and a note says which variable counted it.
+fn attempt(env: &impl Fn(&str) -> Option<String>, job: &str, notes: &mut Vec<String>) -> Option<u32> {
+    let (var, n) = identity::restart_count(env, notes)?;
+    if n > 0 {
+        notes.push(format!("this is restart {n} of job {job} ({var}={n}): attempt {n}, which the report tells apart from the earlier ones"));
     }
+    Some(n)
 }
 
 /// Whether the agent speaks for a whole node's launcher (`--launcher auto|none|torchrun`).
 fn launcher_mode(flag: Option<&str>, command: &[OsString], notes: &mut Vec<String>) -> bool {
     match flag.map(str::trim) {
-        None | Some("") | Some("auto") => launcher::is_torchrun(command),
+        None | Some("") | Some("auto") => launcher::is_node_launcher(command),
         Some("none") => false,
         Some("torchrun") => true,
         Some(other) => {
             notes.push(format!("--launcher / CORONER_LAUNCHER {other:?} is not auto, none or torchrun; using auto"));
-            launcher::is_torchrun(command)
+            launcher::is_node_launcher(command)
         }
     }
 }

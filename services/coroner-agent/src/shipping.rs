@@ -398,6 +398,7 @@ fn session_request(plan: &Plan) -> v1::OpenSessionRequest {
         agent_instance: plan.instance.clone(),
         command: plan.command.clone(),
         node_rank_base: plan.node_rank_base,
+        attempt: plan.attempt,
         seq_offset: None,
         seq_lanes: true,
         notes: plan.notes.clone(),

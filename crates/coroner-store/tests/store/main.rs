@@ -38,6 +38,7 @@ macro_rules! all_backends {
 all_backends!(
     touch_job_creates_then_only_widens,
     sessions_round_trip_and_reopen_replaces,
+    sessions_keep_their_attempt,
     clock_samples_keep_rank_then_arrival_order,
     process_ends_upsert_per_rank,
     lines_and_report_update_the_job,

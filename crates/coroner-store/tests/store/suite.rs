@@ -30,6 +30,7 @@ fn session(id: &str, job_id: &JobId, rank: Option<u32>, opened_ns: i64) -> Sessi
         agent_instance: "agent-1".to_string(),
         versions: BTreeMap::from([("torch".to_string(), "2.5.1".to_string()), ("nccl".to_string(), "2.21.5".to_string())]),
         opened_ns,
+        attempt: 0,
     }
 }
 
@@ -80,6 +81,21 @@ pub async fn sessions_round_trip_and_reopen_replaces(store: Store) -> Result<()>
     store.open_session(&s1_again).await?;
     assert_eq!(store.sessions(&j).await?, vec![s0, launcher, s1_again]);
     assert!(store.sessions(&job("nobody")).await?.is_empty());
+    Ok(())
+}
+
+/// Migration 0004: a session keeps the job's attempt it belongs to, and a reopened one its new attempt.
+pub async fn sessions_keep_their_attempt(store: Store) -> Result<()> {
+    let j = job("attempts-1");
+    store.touch_job(&j, Some(2), 1).await?;
+    let first = session("s-0", &j, Some(0), 10);
+    let restarted = SessionRecord { attempt: 3, agent_instance: "agent-2".into(), ..session("s-1", &j, Some(0), 20) };
+    store.open_session(&first).await?;
+    store.open_session(&restarted).await?;
+    let attempts: Vec<u32> = store.sessions(&j).await?.iter().map(|s| s.attempt).collect();
+    assert_eq!(attempts, vec![0, 3]);
+    store.open_session(&SessionRecord { attempt: 4, ..restarted.clone() }).await?;
+    assert_eq!(store.sessions(&j).await?.last().map(|s| s.attempt), Some(4));
     Ok(())
 }
 

@@ -75,7 +75,7 @@ impl IngestService {
 
     /// Files what an opening session says about its job: the world size believed, its rank's
     /// host, the node's rank base and the agent's notes.
-    async fn take_opening(&self, job: &crate::job::Job, r: &v1::OpenSessionRequest, now: i64) -> Result<(), ServiceError> {
+    async fn take_opening(&self, job: &crate::job::Job, r: &v1::OpenSessionRequest, lane: u32, now: i64) -> Result<(), ServiceError> {
         // A world size is believed in proportion to the agents seen (`limits.rs`).
         let world = r.world_size.map(|w| self.jobs.believed_world_size(w, job.speakers()));
         if world != r.world_size {
@@ -92,7 +92,7 @@ impl IngestService {
                 p.set_host(Rank(rank), &r.host);
             }
             if let Some(base) = r.node_rank_base {
-                p.set_node_rank_base(base);
+                p.set_node_rank_base(lane, base);
             }
             for note in &r.notes {
                 p.add_note(agent_note(&r.host, r.rank, note));
@@ -115,6 +115,7 @@ fn session_record(r: &v1::OpenSessionRequest, session_id: &str, job_id: &JobId, 
         agent_instance: r.agent_instance.clone(),
         versions: r.versions.clone().into_iter().collect(),
         opened_ns: now,
+        attempt: r.attempt.unwrap_or(0),
     }
 }
 
@@ -129,7 +130,6 @@ impl Ingest for IngestService {
         let job = self.jobs.heard_from(&job_id, None, now).await?;
         let fence = self.jobs.fence(&job_id).ok_or_else(|| ServiceError::Unavailable(format!("job {job_id} was closed here; retry")))?;
         let session_id = uuid::Uuid::new_v4().to_string();
-        self.jobs.open_session(&session_record(&r, &session_id, &job_id, now)).await?;
         // Which lane of sequence numbers this session numbers in (`job/claims.rs`).
         let granted = job.claim(&crate::job::Opening {
             session_id: &session_id,
@@ -141,7 +141,10 @@ impl Ingest for IngestService {
             lanes: r.seq_lanes,
             offset: r.seq_offset,
         });
-        self.take_opening(&job, &r, now).await?;
+        let mut record = session_record(&r, &session_id, &job_id, now);
+        record.attempt = job.attempt_of_opening(r.rank.map(Rank), record.attempt, granted.restarted, now);
+        self.jobs.open_session(&record).await?;
+        self.take_opening(&job, &r, granted.lane, now).await?;
         let uploader = if r.agent_instance.is_empty() { String::new() } else { format!("{}/{}", r.host, r.agent_instance) };
         let session = Session { job, fence, rank: r.rank.map(Rank), uploader, host: r.host, world_size: r.world_size };
         self.sessions.insert(session_id.clone(), session);
@@ -163,7 +166,14 @@ impl Ingest for IngestService {
         // Reservations made before each message was decoded (`ingest/prepaid.rs`); a server
         // built without the gate (none in production) reserves after decoding, as before.
         let prepay = req.extensions().get::<Arc<prepaid::Prepay>>().cloned().unwrap_or_else(|| prepaid::Prepay::new(self.budget.clone()));
-        let stream = ShipStream { sessions: self.sessions.clone(), metrics: self.metrics.clone(), idle: self.limits.ingest_idle_timeout, prepay };
+        let stream = ShipStream {
+            sessions: self.sessions.clone(),
+            jobs: self.jobs.clone(),
+            metrics: self.metrics.clone(),
+            idle: self.limits.ingest_idle_timeout,
+            prepay,
+            world_size_slack: self.limits.world_size_slack,
+        };
         Ok(Response::new(Box::pin(stream.start(req.into_inner()))))
     }
 

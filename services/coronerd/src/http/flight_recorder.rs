@@ -115,6 +115,7 @@ mod tests {
             live_findings: vec![],
             similar_incidents: None,
             flight_recorder: Some(fr),
+            attempts: vec![],
         };
         let mut out = String::new();
         render(&report, &mut out);

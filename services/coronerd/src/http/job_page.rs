@@ -1,4 +1,5 @@
-//! `/jobs/<id>`: the verdict banner with the culprit and the evidence, the timeline (drawn by
+//! `/jobs/<id>`: the verdict banner with the culprit and the evidence, a restarted job's attempts
+//! (`attempts.rs`), the timeline (drawn by
 //! `assets/job.js` from `/api/jobs/<id>/timeline`), the cascade, the collective progress table,
 //! snapshots, a search box, and the full report.
 
@@ -28,6 +29,11 @@ fn rank(r: Option<coroner_model::Rank>) -> String {
     r.map(|r| r.to_string()).unwrap_or_else(|| "-".into())
 }
 
+/// For a restarted job: which attempt the first failure is of (`attempt 0: `).
+fn attempt_of_failure(r: &Report) -> String {
+    r.attempts.iter().find(|a| a.outcome == coroner_model::AttemptOutcome::FailedFirst).map(|a| format!("attempt {}: ", a.attempt)).unwrap_or_default()
+}
+
 fn banner(r: &Report, out: &mut String) {
     match &r.first_failure {
         Some(f) => {
@@ -36,7 +42,7 @@ fn banner(r: &Report, out: &mut String) {
                 v = escape(r.verdict.as_str()),
                 V = escape(&r.verdict.as_str().to_uppercase()),
                 dr = rank(f.rank),
-                who = f.rank.map(|r| format!("rank {r}")).unwrap_or_else(|| "rank unknown".into()),
+                who = attempt_of_failure(r) + &f.rank.map(|r| format!("rank {r}")).unwrap_or_else(|| "rank unknown".into()),
                 class = f.class,
                 conf = f.confidence,
                 host = f.host.as_deref().map(|h| format!(", on {}", escape(h))).unwrap_or_default(),
@@ -152,6 +158,7 @@ pub fn render(r: &Report) -> String {
     let id = escape(&r.job_id);
     let mut out = format!("<p class=\"nav\"><a href=\"/\">jobs</a> / {id} · <a href=\"/jobs/{id}/report.json\">report.json</a></p><h1>job {id}</h1>");
     banner(r, &mut out);
+    super::attempts::render(r, &mut out);
     super::live_findings::render(r, &mut out);
     super::similar::render(r, &mut out);
     out.push_str(&TIMELINE.replace("JOB", &id));

@@ -6,6 +6,7 @@
 //! a 404, never a 500.
 
 mod api;
+mod attempts;
 mod flight_recorder;
 mod job_page;
 mod jobs_page;

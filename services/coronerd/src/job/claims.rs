@@ -46,6 +46,10 @@ pub struct Granted {
     /// `OpenSessionResponse.resume_from`: the session's lane's positions, `<rank>/<stream>` keys.
     pub resume_from: HashMap<String, u64>,
     pub note: Option<String>,
+    /// A new agent instance of a rank every earlier instance of which reported its process end:
+    /// the rank started again, a later attempt of the job (what Slurm's requeue or a restarted
+    /// pod does, whether or not its environment counts the restart).
+    pub restarted: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +95,7 @@ impl Claims {
                 used.chain(held).max().map_or(0, |l| l + 1)
             }
         };
+        let restarted = known.is_none() && o.rank.is_some() && !is_import(o.launcher) && !claims.is_empty() && claims.iter().all(|c| c.ended);
         let note = match known {
             Some(_) => None,
             None if is_import(o.launcher) => None,
@@ -128,7 +133,7 @@ impl Claims {
                 (format!("{rank}/{}", stream.as_str()), *next)
             })
             .collect();
-        Granted { lane, seq_offset: lane_start(lane), resume_from, note }
+        Granted { lane, seq_offset: lane_start(lane), resume_from, note, restarted }
     }
 
     /// How many agents (rank and instance) opened sessions, imports and launchers included.
@@ -199,6 +204,7 @@ mod tests {
         let first = c.open(&opening("s1", "a", "h1"), &Positions::new());
         c.end("s1");
         let restarted = c.open(&opening("s2", "b", "h1"), &Positions::new());
+        assert!(!first.restarted && restarted.restarted, "a new agent of a rank whose process ended is a restart");
         assert_eq!((first.lane, restarted.lane, restarted.note), (0, 1, None));
         let old = c.open(&Opening { lanes: false, ..opening("s3", "c", "h2") }, &Positions::new());
         assert_eq!(old.lane, 0);

@@ -168,9 +168,35 @@ impl Job {
         granted
     }
 
+    /// The attempt an opening session belongs to: what its agent said (`declared`), or, for a
+    /// rank started again after its process ended (`restarted`, from the claims), the attempt after
+    /// the one that end was in. Marks the attempt as begun at `now`.
+    pub fn attempt_of_opening(&self, rank: Option<coroner_model::Rank>, declared: u32, restarted: bool, now: i64) -> u32 {
+        let ended_in = rank.filter(|_| restarted).and_then(|r| self.evidence.read(|p| p.ended_in_attempt(r)));
+        let attempt = ended_in.map_or(declared, |a| declared.max(a.saturating_add(1)));
+        if attempt > 0 {
+            self.update(|p| p.mark_attempt(attempt, now));
+        }
+        attempt
+    }
+
     /// How many agents opened sessions for this job since it was opened here.
     pub fn speakers(&self) -> usize {
         self.claims().speakers()
+    }
+
+    /// Takes the world size a launcher's lines stated (`JobPipeline::said_world_size`) into the
+    /// evidence, believed as far as the agents seen warrant (`limits::believed_world_size`), when it
+    /// is larger than the one known: a per-node agent around torchrun knows no world size when it
+    /// opens its session, its launcher says it later. Answers the new world size.
+    pub fn adopt_said_world_size(&self, slack: u32) -> Option<u32> {
+        let (said, known) = self.evidence.read(|p| (p.said_world_size(), p.world_size()));
+        let believed = crate::limits::believed_world_size(said?, self.speakers(), slack);
+        if known.is_some_and(|k| k >= believed) {
+            return None;
+        }
+        self.update(|p| p.set_world_size(believed));
+        Some(believed)
     }
 
     /// The process a session spoke for ended: its claim no longer conflicts with a new one.

@@ -11,12 +11,12 @@ use coroner_model::{LogLine, Stream};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
-/// Bits of a sequence number within its lane.
-pub const LANE_BITS: u32 = 40;
+/// Bits of a sequence number within its lane (the rule lives in the model).
+pub const LANE_BITS: u32 = coroner_model::SEQ_LANE_BITS;
 
 /// The lane of a sequence number.
 pub fn lane_of(seq: u64) -> u32 {
-    (seq >> LANE_BITS) as u32
+    coroner_model::seq_lane(seq)
 }
 
 /// The first sequence number of a lane.

@@ -92,6 +92,8 @@ async fn replay_rows(job: &JobId, shared: &Shared) -> Result<(JobPipeline, u32),
         if let Some(w) = s.world_size {
             pipeline.set_world_size(believe(w));
         }
+        // Each later attempt began when its first session opened.
+        pipeline.mark_attempt(s.attempt, s.opened_ns);
     }
     let ends = store.process_ends(job).await?;
     let ranks_ended = ends.len() as u32;

@@ -41,9 +41,13 @@ enum Submitted {
 /// What one stream reads with.
 pub struct ShipStream {
     pub sessions: Arc<Sessions>,
+    /// Where a job's row is kept (the world size a launcher states goes there).
+    pub jobs: Arc<crate::jobs::Jobs>,
     pub metrics: Arc<Metrics>,
     pub idle: Duration,
     pub prepay: Arc<Prepay>,
+    /// `--world-size-slack`: how far a world size a launcher's lines state is believed.
+    pub world_size_slack: u32,
 }
 
 impl ShipStream {
@@ -105,9 +109,12 @@ impl ShipStream {
     /// Queues a batch for commit, its reserved budget held until the commit.
     async fn submit(&self, batch: v1::LogBatch) -> Submitted {
         let batch_id = batch.batch_id;
-        if let Some(s) = self.sessions.get(&batch.session_id) {
+        let session = self.sessions.get(&batch.session_id);
+        if let Some(s) = &session {
             self.prepay.set_job(s.job.id());
         }
+        // A per-node launcher's session: its lines may state the job's world size.
+        let launcher = session.filter(|s| s.rank.is_none()).map(|s| (s.job.clone(), self.jobs.clone(), self.world_size_slack));
         // Reserved before decoding; a decoded batch larger than that reserves the rest.
         let decoded = batch_bytes(&batch);
         let paid = self.prepay.take();
@@ -121,6 +128,9 @@ impl ShipStream {
                 tokio::spawn(async move {
                     let r = Job::committed(wait).await;
                     drop((paid, topped));
+                    if let (Ok(_), Some((job, jobs, slack))) = (&r, launcher) {
+                        adopt_said_world_size(&job, &jobs, slack).await;
+                    }
                     r
                 }),
             ),
@@ -148,6 +158,16 @@ async fn answer_in_order(mut order_rx: mpsc::Receiver<Submitted>, tx: mpsc::Send
                 tracing::info!(idle_s = idle.as_secs(), "closed a log stream whose acknowledgements went unread");
                 break;
             }
+        }
+    }
+}
+
+/// A launcher's lines stated the job's world size (torchrun's rendezvous result): into the
+/// evidence and the job's row, where `coroner jobs` reads it.
+async fn adopt_said_world_size(job: &Job, jobs: &crate::jobs::Jobs, slack: u32) {
+    if let Some(w) = job.adopt_said_world_size(slack) {
+        if let Err(e) = jobs.touch(job.id(), Some(w), coroner_model::now_ns()).await {
+            tracing::warn!(job = %job.id(), error = %e, "could not record the world size a launcher stated");
         }
     }
 }
