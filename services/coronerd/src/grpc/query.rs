@@ -141,12 +141,23 @@ impl Query for QueryService {
             until_ns: r.until_ns,
             limit: r.limit as usize,
             cursor: Some(r.cursor),
+            descending: r.newest_first,
+            context: r.context as usize,
         };
         let result = search::search(&self.searches, &job, params).await?;
         let hits = result
             .hits
             .into_iter()
-            .map(|h| v1::SearchHit { rank: h.rank, time_ns: h.time_ns, stream: h.stream, line: h.line, capture_ns: h.capture_ns, host: h.host, seq: h.seq })
+            .map(|h| v1::SearchHit {
+                rank: h.rank,
+                time_ns: h.time_ns,
+                stream: h.stream,
+                line: h.line,
+                capture_ns: h.capture_ns,
+                host: h.host,
+                seq: h.seq,
+                context: h.context,
+            })
             .collect();
         Ok(Response::new(v1::SearchResponse { hits, total: result.total, next_cursor: result.next_cursor.unwrap_or_default() }))
     }
