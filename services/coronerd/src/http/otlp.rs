@@ -11,7 +11,8 @@
 //!   content type (`partial_success` set only when records were rejected);
 //! - failures carry a `google.rpc.Status` in the request's content type: `400` for what cannot be
 //!   decoded or is invalid (never retried), `429`/`503` for limits and a server that is stopping
-//!   (retried by the exporter), `500` for coronerd's own failures.
+//!   (retried by the exporter), `500` for coronerd's own failures; a job another instance owns
+//!   is a `307` to the same path there (exporters resend the body).
 //!
 //! It needs the write token, as OTLP/gRPC does (`auth.rs`).
 
@@ -21,7 +22,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use prost::Message;
 use std::io::Read;
 
@@ -153,18 +154,18 @@ pub async fn logs(State(s): State<AppState>, headers: HeaderMap, body: Bytes) ->
         Ok(e) => e,
         Err(f) => return failure(Encoding::Json, f),
     };
-    match export(&s, encoding, headers, body).await {
-        Ok(r) => answer(StatusCode::OK, encoding, &r),
-        Err(f) => failure(encoding, f),
-    }
-}
-
-async fn export(s: &AppState, encoding: Encoding, headers: HeaderMap, body: Bytes) -> Result<ExportLogsServiceResponse, Failure> {
     // Inflating and decoding up to 64 MiB is CPU work: off the runtime's threads.
-    let request = tokio::task::spawn_blocking(move || decode(encoding, &inflate(&headers, &body)?))
-        .await
-        .map_err(|e| Failure::from(ServiceError::from(e)))??;
-    Ok(s.otlp.export(&request, coroner_model::now_ns()).await?)
+    let decoded = tokio::task::spawn_blocking(move || decode(encoding, &inflate(&headers, &body)?)).await;
+    let request = match decoded {
+        Ok(Ok(r)) => r,
+        Ok(Err(f)) => return failure(encoding, f),
+        Err(e) => return failure(encoding, ServiceError::from(e).into()),
+    };
+    match s.otlp.export(&request, coroner_model::now_ns()).await {
+        Ok(r) => answer(StatusCode::OK, encoding, &r),
+        // A job another instance owns: the exporter resends the same body there (307).
+        Err(e) => super::elsewhere(&e).unwrap_or_else(|| failure(encoding, e.into())),
+    }
 }
 
 fn failure(encoding: Encoding, Failure(status, code, message): Failure) -> Response {

@@ -396,6 +396,6 @@ mod tests {
         let many = (0..=MAX_FILTERS).map(|_| r#"|= "a""#).collect::<Vec<_>>().join(" ");
         assert!(refused(&format!(r#"{{job="j"}} {many}"#)).contains("line filters"));
         // A regex whose compiled form is over the size limit.
-        assert!(refused(r#"{job="j"} |~ "\w{1000}\w{1000}\w{1000}""#).contains("bad regex"));
+        assert!(refused(r#"{job="j"} |~ `\w{1000}\w{1000}\w{1000}`"#).contains("bad regex"));
     }
 }

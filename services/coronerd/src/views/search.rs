@@ -79,7 +79,8 @@ pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Res
         None => None,
         Some(s) => Some(Stream::parse(&s).ok_or_else(|| ServiceError::InvalidArgument(format!("stream {s:?}: use stdout, stderr or file")))?),
     };
-    let context = super::context::check(p.context, p.limit)?;
+    let limit = if p.limit == 0 { 100 } else { p.limit.min(coroner_index::MAX_PAGE_SIZE) };
+    let context = super::context::check(p.context, limit)?;
     let capture_windows = capture_windows(job, &clocks, p.since_ns, p.until_ns)?;
     let only_lines = match nonempty(p.kind).filter(|k| k != "line") {
         None => None,
@@ -94,7 +95,7 @@ pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Res
         capture_windows,
         order_offsets: Some(clocks.iter().map(|(k, (o, _))| (*k, *o)).collect()),
         only_lines,
-        limit: if p.limit == 0 { 100 } else { p.limit.min(coroner_index::MAX_PAGE_SIZE) },
+        limit,
         cursor: nonempty(p.cursor),
         descending: p.descending,
     };
