@@ -35,7 +35,13 @@ fn streams(body: &str) -> serde_json::Value {
 }
 
 fn lines_of(result: &serde_json::Value) -> Vec<String> {
-    result.as_array().into_iter().flatten().flat_map(|s| s["values"].as_array().cloned().unwrap_or_default()).filter_map(|v| v[1].as_str().map(str::to_string)).collect()
+    result
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v[1].as_str().map(str::to_string))
+        .collect()
 }
 
 fn seed(server: &TestServer) {
@@ -55,7 +61,9 @@ fn grafanas_connection_test_labels_and_values() {
     let (status, body) = server.get("/loki/api/v1/query?direction=backward&query=vector%281%29%2Bvector%281%29&time=4000000000");
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    assert_eq!(v, json!({"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [4.0, "2"]}]}}));
+    // Grafana checks one sample of value 2. Its time: Loki reads ten digits or fewer as seconds
+    // (`parseTimestamp`), so `4000000000` is 4e9 s, as coroner reads it.
+    assert_eq!(v, json!({"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [4_000_000_000.0, "2"]}]}}));
 
     let (status, labels) = server.get_json(&format!("/loki/api/v1/labels?end={END}&start={START}"));
     assert_eq!((status, &labels), (200, &json!({"status": "success", "data": ["host", "job", "rank", "stream"]})));
@@ -73,7 +81,8 @@ fn grafanas_connection_test_labels_and_values() {
         assert!(Instant::now() < deadline, "rank values: {ranks}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let (_, hosts) = server.get_json(&format!("/loki/api/v1/label/host/values?end={END}&query={}&start={START}", escape(r#"{job="grafana-job", host=~"node-b"}"#)));
+    let (_, hosts) =
+        server.get_json(&format!("/loki/api/v1/label/host/values?end={END}&query={}&start={START}", escape(r#"{job="grafana-job", host=~"node-b"}"#)));
     assert_eq!(hosts["data"], json!(["node-b"]), "{hosts}");
     let (_, none) = server.get_json("/loki/api/v1/label/pod/values");
     assert_eq!(none["data"], json!([]));
@@ -147,7 +156,8 @@ fn the_loki_api_needs_the_read_token_like_every_read() {
     let path = "/loki/api/v1/labels";
     let (status, _, _) = crate::red_team::http(server.http_port, &format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n"));
     assert_eq!(status, 401);
-    let (status, _, body) = crate::red_team::http(server.http_port, &format!("GET {path} HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer r-loki-0123456789\r\n\r\n"));
+    let (status, _, body) =
+        crate::red_team::http(server.http_port, &format!("GET {path} HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer r-loki-0123456789\r\n\r\n"));
     assert_eq!(status, 200, "{body}");
 }
 

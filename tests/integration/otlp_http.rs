@@ -94,7 +94,8 @@ pub fn pod(job: &str, pod: &str, rank: i64, node: &str, t0: u64, lines: &[&str])
 /// The Collector's `otlphttp` exporter: protobuf, gzip (its default compression).
 pub fn collector_post(port: u16, req: &ExportLogsServiceRequest, token: Option<&str>) -> (u16, String, Vec<u8>) {
     let auth = token.map(|t| format!("Bearer {t}"));
-    let mut headers = vec![("Content-Type", "application/x-protobuf"), ("Content-Encoding", "gzip"), ("User-Agent", "OpenTelemetry Collector Contrib/0.115.0 (linux/amd64)")];
+    let mut headers =
+        vec![("Content-Type", "application/x-protobuf"), ("Content-Encoding", "gzip"), ("User-Agent", "OpenTelemetry Collector Contrib/0.115.0 (linux/amd64)")];
     if let Some(a) = &auth {
         headers.push(("Authorization", a));
     }
@@ -116,7 +117,14 @@ fn the_collectors_otlphttp_export_is_one_job_across_pods_and_its_retry_is_no_dup
     let req = ExportLogsServiceRequest {
         resource_logs: vec![
             pod("llama-ft", "llama-ft-worker-0", 0, "node-a", t0, &["step 1 loss 2.1", "step 2 loss 2.0"]),
-            pod("llama-ft", "llama-ft-worker-1", 1, "node-b", t0 + 300, &["step 1 loss 2.1", "RuntimeError: CUDA error: an illegal memory access was encountered"]),
+            pod(
+                "llama-ft",
+                "llama-ft-worker-1",
+                1,
+                "node-b",
+                t0 + 300,
+                &["step 1 loss 2.1", "RuntimeError: CUDA error: an illegal memory access was encountered"],
+            ),
         ],
     };
     let (status, head, body) = collector_post(server.http_port, &req, None);
@@ -178,7 +186,8 @@ fn vector_event(job: &str, rank: u32, t: u64, line: &str) -> String {
 fn vectors_newline_delimited_json_and_the_json_partial_success() {
     let server = TestServer::start();
     let t = 1_714_560_000_000_000_000u64;
-    let body = [vector_event("vec-job", 2, t, "NCCL WARN Cuda failure 'out of memory'"), vector_event("vec-job", 2, t + 1000, "second event")].join("\n") + "\n";
+    let body =
+        [vector_event("vec-job", 2, t, "NCCL WARN Cuda failure 'out of memory'"), vector_event("vec-job", 2, t + 1000, "second event")].join("\n") + "\n";
     let json = [("Content-Type", "application/json")];
     let (status, head, resp) = post(server.http_port, "/v1/logs", &json, body.as_bytes());
     assert_eq!(status, 200, "{head}\n{}", String::from_utf8_lossy(&resp));

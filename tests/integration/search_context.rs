@@ -38,7 +38,10 @@ fn context_lines_frame_each_hit_on_its_rank_over_grpc_and_http() {
     seed(&server, "ctx-job");
     let r = runtime().block_on(async {
         let mut q = QueryClient::connect(server.grpc_url.clone()).await.expect("connect");
-        q.search(v1::SearchRequest { job_id: "ctx-job".into(), query: "ctxmarker".into(), context: 2, limit: 10, ..Default::default() }).await.expect("search").into_inner()
+        q.search(v1::SearchRequest { job_id: "ctx-job".into(), query: "ctxmarker".into(), context: 2, limit: 10, ..Default::default() })
+            .await
+            .expect("search")
+            .into_inner()
     });
     assert_eq!(r.total, 2, "context lines are not hits");
     // Rank 1's hit comes first (earlier) and has no lines around it; rank 0's has two each side.

@@ -10,9 +10,9 @@
 //! verdict of that moment.
 
 use crate::remote::{connect, parse_time, status_message, Server};
+use coroner_model::Verdict;
 use coroner_proto::auth::Channel;
 use coroner_proto::v1::{self, query_client::QueryClient};
-use coroner_model::Verdict;
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -12,8 +12,8 @@ mod http;
 mod incidents;
 mod job;
 mod jobs;
-mod loki;
 pub mod limits;
+mod loki;
 pub mod metrics;
 mod otlp;
 mod ownership;
@@ -103,7 +103,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
         searches: parts.searches.clone(),
         otlp: parts.otlp.clone(),
     })
-        .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
+    .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
     let (header_timeout, http_shutdown) = (config.limits.http_header_timeout, shutdown.clone());
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> = match http_tls {
         None => Box::pin(http::serve::serve(http_listener, app, header_timeout, http_shutdown)),

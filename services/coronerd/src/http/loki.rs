@@ -87,7 +87,8 @@ impl LokiParams {
     }
 
     fn query(&self) -> Result<Query, ServiceError> {
-        let text = self.query.as_deref().filter(|q| !q.trim().is_empty()).ok_or_else(|| bad("query: a LogQL stream selector such as {job=\"my-job\"}".into()))?;
+        let text =
+            self.query.as_deref().filter(|q| !q.trim().is_empty()).ok_or_else(|| bad("query: a LogQL stream selector such as {job=\"my-job\"}".into()))?;
         logql::parse(text).map_err(|e| bad(e.0))
     }
 

@@ -249,8 +249,8 @@ impl Parser<'_> {
 
     fn matcher(&mut self) -> Result<Matcher, ParseError> {
         let name = self.identifier()?.to_string();
-        let label = Label::parse(&name)
-            .ok_or_else(|| self.error(&format!("unknown label {name:?}: coroner's lines have the labels job, rank, host and stream")))?;
+        let label =
+            Label::parse(&name).ok_or_else(|| self.error(&format!("unknown label {name:?}: coroner's lines have the labels job, rank, host and stream")))?;
         self.skip_space();
         let op = ["=~", "!~", "!=", "="].into_iter().find(|op| self.rest().starts_with(op)).ok_or_else(|| self.error("expected =, !=, =~ or !~"))?;
         self.pos += op.len();

@@ -12,11 +12,8 @@ pub fn streams(entries: &[Entry]) -> Value {
     let mut order: Vec<Vec<(Label, String)>> = Vec::new();
     let mut values: Vec<Vec<Value>> = Vec::new();
     for e in entries {
-        let labels: Vec<(Label, String)> = [Label::Job, Label::Rank, Label::Host, Label::Stream]
-            .into_iter()
-            .map(|l| (l, e.label(l)))
-            .filter(|(_, v)| !v.is_empty())
-            .collect();
+        let labels: Vec<(Label, String)> =
+            [Label::Job, Label::Rank, Label::Host, Label::Stream].into_iter().map(|l| (l, e.label(l))).filter(|(_, v)| !v.is_empty()).collect();
         let i = order.iter().position(|o| *o == labels).unwrap_or_else(|| {
             order.push(labels);
             values.push(Vec::new());

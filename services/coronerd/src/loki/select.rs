@@ -63,14 +63,7 @@ pub async fn jobs_of(jobs: &Jobs, q: &LogQuery, range: Range) -> Result<Vec<JobI
         return Ok(JobId::parse(id).ok().filter(|j| q.selects(Label::Job, j.as_str())).into_iter().collect());
     }
     let filter = coroner_store::JobFilter { since_ns: Some(range.start_ns), ..Default::default() };
-    let named: Vec<JobId> = jobs
-        .store
-        .list_jobs(&filter)
-        .await?
-        .into_iter()
-        .filter(|r| q.selects(Label::Job, r.job_id.as_str()))
-        .map(|r| r.job_id)
-        .collect();
+    let named: Vec<JobId> = jobs.store.list_jobs(&filter).await?.into_iter().filter(|r| q.selects(Label::Job, r.job_id.as_str())).map(|r| r.job_id).collect();
     if named.len() > MAX_JOBS {
         return Err(ServiceError::InvalidArgument(format!(
             "the selector names {} jobs in this range, over the {MAX_JOBS} one query may read: name one with job=\"...\" or narrow the regex",

@@ -53,7 +53,12 @@ pub struct Mapping {
 impl Mapping {
     /// Rejects a record with a reason.
     pub fn reject(&mut self, why: String) {
-        self.rejected += 1;
+        self.reject_many(1, why);
+    }
+
+    /// Rejects `n` records for one reason.
+    pub fn reject_many(&mut self, n: usize, why: String) {
+        self.rejected = self.rejected.saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
         self.why = why;
     }
 }

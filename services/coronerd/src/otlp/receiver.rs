@@ -55,9 +55,7 @@ impl OtlpReceiver {
         mapping.records.retain(|m| m.host.len() <= max && !m.host.chars().any(char::is_control));
         let refused = before - mapping.records.len();
         if refused > 0 {
-            for _ in 0..refused {
-                mapping.reject(format!("host.name over {max} bytes (--max-string-bytes) or holding control characters"));
-            }
+            mapping.reject_many(refused, format!("host.name over {max} bytes (--max-string-bytes) or holding control characters"));
             crate::limits::Limit::StringLength.count(&self.jobs.metrics);
         }
     }
@@ -140,13 +138,8 @@ async fn fresh_records(job: &Arc<Job>, records: Vec<Mapped>) -> Result<Vec<Mappe
 async fn held_identities(job: &Arc<Job>, rank: Option<u32>, stream: Stream, span: (i64, i64)) -> Result<HashSet<Identity>, ServiceError> {
     let index = job.index().clone();
     let found = tokio::task::spawn_blocking(move || {
-        let mut request = SearchRequest {
-            rank,
-            stream: Some(stream),
-            capture_windows: Some(BTreeMap::from([(rank, span)])),
-            limit: MAX_PAGE_SIZE,
-            ..Default::default()
-        };
+        let mut request =
+            SearchRequest { rank, stream: Some(stream), capture_windows: Some(BTreeMap::from([(rank, span)])), limit: MAX_PAGE_SIZE, ..Default::default() };
         let mut held = HashSet::new();
         loop {
             let page = index.search(&request)?;
