@@ -100,6 +100,7 @@ enum Command {
         json: bool,
     },
     /// Search a job's lines (tantivy query syntax); times are on the job's aligned clock.
+    #[command(after_help = outcome::EXIT_CODES)]
     Search {
         job: String,
         query: String,
