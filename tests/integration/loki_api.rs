@@ -17,7 +17,7 @@ const END: u64 = T0 + 600_000_000_000;
 fn escape(q: &str) -> String {
     q.bytes()
         .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
             b' ' => "+".to_string(),
             other => format!("%{other:02X}"),
         })
