@@ -81,5 +81,6 @@ fn an_imported_bundle_gets_the_same_diagnosis_as_offline_analysis() {
     }
     let search = server.coroner(&["search", "nccl2_oom_r1", "OutOfMemoryError", "--json"]);
     let hits: serde_json::Value = serde_json::from_slice(&search.stdout).expect("search JSON");
-    assert!(hits.as_array().is_some_and(|h| !h.is_empty() && h.iter().all(|x| x["rank"] == 1)), "{hits:#}");
+    assert!(hits["hits"].as_array().is_some_and(|h| !h.is_empty() && h.iter().all(|x| x["rank"] == 1)), "{hits:#}");
+    assert_eq!(hits["total"].as_u64(), hits["hits"].as_array().map(|h| h.len() as u64), "{hits:#}");
 }

@@ -20,7 +20,7 @@ fn text(s: &str) -> Value {
 pub fn resource(job: &str, rank: i64, host: &str, t0: u64, lines: &[&str]) -> ResourceLogs {
     ResourceLogs {
         resource: Some(Resource {
-            attributes: vec![kv("service.instance.id", text(job)), kv("coroner.rank", Value::IntValue(rank)), kv("host.name", text(host))],
+            attributes: vec![kv("coroner.job", text(job)), kv("coroner.rank", Value::IntValue(rank)), kv("host.name", text(host))],
             ..Default::default()
         }),
         scope_logs: vec![ScopeLogs {

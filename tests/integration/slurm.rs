@@ -147,5 +147,5 @@ fn the_epilog_ships_what_a_task_left_in_its_spool_and_never_fails_the_node() {
     assert_eq!(r["ranks"][0]["host"], "node-c", "{r:#}");
     let hits = server.coroner(&["search", "4343_0", "epilog-marker", "--json"]);
     let hits: serde_json::Value = serde_json::from_slice(&hits.stdout).expect("search JSON");
-    assert_eq!(hits.as_array().map(Vec::len), Some(2), "both lines, once each: {hits:#}");
+    assert_eq!(hits["hits"].as_array().map(Vec::len), Some(2), "both lines, once each: {hits:#}");
 }

@@ -78,6 +78,13 @@ pub(crate) struct PageCollector {
     pub windows: Option<Windows>,
     /// Added to the capture time in the sort key, per rank key (aligned-time order).
     pub offsets: Option<Arc<HashMap<u64, i64>>>,
+    /// Newest first: keys are kept reversed ([`reversed`]), so the smallest are the newest.
+    pub descending: bool,
+}
+
+/// A key in reverse order (`!x` reverses the order of both i64 and u64, and is its own inverse).
+pub(crate) fn reversed(key: SortKey) -> SortKey {
+    (!key.0, !key.1, !key.2)
 }
 
 pub(crate) struct PageSegment {
@@ -86,6 +93,7 @@ pub(crate) struct PageSegment {
     after: Option<SortKey>,
     windows: Option<Windows>,
     offsets: Option<Arc<HashMap<u64, i64>>>,
+    descending: bool,
     total: u64,
     top: SmallestK<SortKey>,
 }
@@ -101,6 +109,7 @@ impl Collector for PageCollector {
             after: self.after,
             windows: self.windows.clone(),
             offsets: self.offsets.clone(),
+            descending: self.descending,
             total: 0,
             top: SmallestK::new(self.limit),
         })
@@ -126,6 +135,9 @@ impl SegmentCollector for PageSegment {
         }
         if let Some(off) = self.offsets.as_ref().and_then(|o| o.get(&(key.1 >> 2))) {
             key.0 = key.0.saturating_add(*off);
+        }
+        if self.descending {
+            key = reversed(key);
         }
         self.total += 1;
         if self.after.is_none_or(|after| key > after) {

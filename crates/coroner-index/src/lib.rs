@@ -208,7 +208,8 @@ impl JobIndex {
     }
 
     /// One page of the lines matching `q`, in (capture_ns, rank, stream, seq) order, or in
-    /// (capture_ns + rank offset, rank, stream, seq) order when `q.order_offsets` is set.
+    /// (capture_ns + rank offset, rank, stream, seq) order when `q.order_offsets` is set;
+    /// reversed when `q.descending`.
     /// Within the default query limits and no time or line budget.
     pub fn search(&self, q: &SearchRequest) -> Result<SearchPage, IndexError> {
         self.search_within(q, &Budget::default(), true)
@@ -218,7 +219,7 @@ impl JobIndex {
     /// search threads (only when no other search waits for them), else search on this thread.
     pub fn search_within(&self, q: &SearchRequest, budget: &Budget, parallel: bool) -> Result<SearchPage, IndexError> {
         let limit = q.limit.min(MAX_PAGE_SIZE);
-        let after = q.cursor.as_deref().map(search::decode_cursor).transpose()?;
+        let after = q.cursor.as_deref().map(|c| search::decode_cursor(c, q.descending)).transpose()?;
         let query = search::build_query(&self.index, &self.fields, q, &budget.limits)?;
         let collector = PageCollector {
             after,
@@ -226,12 +227,13 @@ impl JobIndex {
             limit: if limit == 0 { 0 } else { limit + 1 },
             windows: search::windows_by_rank_key(q),
             offsets: search::offsets_by_rank_key(q),
+            descending: q.descending,
         };
         let searcher = self.reader.searcher();
         let (total, mut top) = run(&searcher, query.as_ref(), collector, budget, parallel)?;
         let next_cursor = if top.len() > limit {
             top.truncate(limit);
-            top.last().map(|(key, _)| search::encode_cursor(*key))
+            top.last().map(|(key, _)| search::encode_cursor(*key, q.descending))
         } else {
             None
         };

@@ -42,6 +42,9 @@ pub struct SearchRequest {
     pub limit: usize,
     /// The `next_cursor` of the previous page, to continue after it.
     pub cursor: Option<String>,
+    /// Newest first: the same order reversed (a page of the last lines of a range, as a log
+    /// viewer shows them). A cursor continues only in the order it was made in.
+    pub descending: bool,
 }
 
 /// One page of hits in (capture_ns, rank, stream, seq) order.
@@ -54,19 +57,29 @@ pub struct SearchPage {
     pub next_cursor: Option<String>,
 }
 
+/// A cursor's version, one per order: a cursor continues only in the order it was made in.
 const CURSOR_VERSION: &str = "c1";
+const CURSOR_VERSION_DESCENDING: &str = "d1";
 
-/// Encodes the last sort key of a page as an opaque cursor.
-pub(crate) fn encode_cursor(key: SortKey) -> String {
-    hex::encode(format!("{CURSOR_VERSION}:{}:{}:{}", key.0, key.1, key.2))
+fn cursor_version(descending: bool) -> &'static str {
+    if descending {
+        CURSOR_VERSION_DESCENDING
+    } else {
+        CURSOR_VERSION
+    }
 }
 
-pub(crate) fn decode_cursor(cursor: &str) -> Result<SortKey, IndexError> {
+/// Encodes the last sort key of a page as an opaque cursor.
+pub(crate) fn encode_cursor(key: SortKey, descending: bool) -> String {
+    hex::encode(format!("{}:{}:{}:{}", cursor_version(descending), key.0, key.1, key.2))
+}
+
+pub(crate) fn decode_cursor(cursor: &str, descending: bool) -> Result<SortKey, IndexError> {
     let bad = || IndexError::BadCursor(cursor.chars().take(64).collect());
     let bytes = hex::decode(cursor.trim()).map_err(|_| bad())?;
     let text = String::from_utf8(bytes).map_err(|_| bad())?;
     let mut parts = text.split(':');
-    if parts.next() != Some(CURSOR_VERSION) {
+    if parts.next() != Some(cursor_version(descending)) {
         return Err(bad());
     }
     let capture = parts.next().and_then(|p| p.parse::<i64>().ok()).ok_or_else(bad)?;
@@ -169,9 +182,11 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_reject_garbage() {
         let key = (-5, 42, u64::MAX);
-        assert_eq!(decode_cursor(&encode_cursor(key)).ok(), Some(key));
-        assert!(matches!(decode_cursor("zz"), Err(IndexError::BadCursor(_))));
-        assert!(matches!(decode_cursor(&hex::encode("c1:1:2")), Err(IndexError::BadCursor(_))));
-        assert!(matches!(decode_cursor(&hex::encode("c9:1:2:3")), Err(IndexError::BadCursor(_))));
+        assert_eq!(decode_cursor(&encode_cursor(key, false), false).ok(), Some(key));
+        assert_eq!(decode_cursor(&encode_cursor(key, true), true).ok(), Some(key));
+        assert!(matches!(decode_cursor(&encode_cursor(key, true), false), Err(IndexError::BadCursor(_))), "a cursor keeps its order");
+        assert!(matches!(decode_cursor("zz", false), Err(IndexError::BadCursor(_))));
+        assert!(matches!(decode_cursor(&hex::encode("c1:1:2"), false), Err(IndexError::BadCursor(_))));
+        assert!(matches!(decode_cursor(&hex::encode("c9:1:2:3"), false), Err(IndexError::BadCursor(_))));
     }
 }

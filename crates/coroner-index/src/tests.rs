@@ -161,6 +161,46 @@ fn paging_with_the_cursor_covers_every_hit_exactly_once() {
 }
 
 #[test]
+fn descending_pages_are_the_ascending_order_reversed_and_keep_their_cursor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let idx = JobIndex::open_or_create(dir.path()).expect("open");
+    for batch in 0..3u64 {
+        let lines: Vec<_> = (0..3u32)
+            .flat_map(|r| (0..20u64).map(move |i| (r, batch * 20 + i)))
+            .map(|(r, seq)| line(Some(r), Stream::Stdout, seq, (seq / 4) as i64, "tick"))
+            .collect();
+        idx.add(&lines).expect("add");
+        idx.commit().expect("commit");
+    }
+    let all = |descending: bool| {
+        let mut q = req("tick");
+        q.limit = 11;
+        q.descending = descending;
+        let mut seen = Vec::new();
+        loop {
+            let page = idx.search(&q).expect("search");
+            assert_eq!(page.total, 180);
+            seen.extend(page.hits.iter().map(|h| (h.capture_ns, h.rank, h.seq)));
+            match page.next_cursor {
+                Some(c) => q.cursor = Some(c),
+                None => return seen,
+            }
+        }
+    };
+    let mut newest_first = all(true);
+    assert_eq!(newest_first.first().map(|h| h.0), Some(14), "the newest line comes first");
+    newest_first.reverse();
+    assert_eq!(newest_first, all(false));
+    // A cursor continues only in the order it was made in.
+    let mut q = req("tick");
+    q.limit = 5;
+    let cursor = idx.search(&q).expect("ascending").next_cursor;
+    q.cursor = cursor;
+    q.descending = true;
+    assert!(matches!(idx.search(&q), Err(IndexError::BadCursor(_))));
+}
+
+#[test]
 fn invalid_utf8_round_trips_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let idx = JobIndex::open_or_create(dir.path()).expect("open");

@@ -6,6 +6,7 @@ mod fr;
 mod import;
 mod outcome;
 mod remote;
+mod search;
 mod snapshot;
 mod suspects;
 mod term;
@@ -99,6 +100,7 @@ enum Command {
         json: bool,
     },
     /// Search a job's lines (tantivy query syntax); times are on the job's aligned clock.
+    #[command(after_help = outcome::EXIT_CODES)]
     Search {
         job: String,
         query: String,
@@ -121,9 +123,18 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         limit: u32,
         /// Continue after a previous page (the cursor it printed).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "follow")]
         cursor: Option<String>,
-        /// Print a JSON list of {rank, time, stream, line}.
+        /// Also print N lines before and after each hit on its rank and stream (at most 50),
+        /// grep's way: `-` after a context line's stream, `:` after a hit's, `--` between groups.
+        #[arg(long, short = 'C', default_value_t = 0)]
+        context: u32,
+        /// Print the newest page, then every new hit until the job ends (exit status: its
+        /// verdict's, as `report`) or Ctrl-C.
+        #[arg(long, short = 'f', conflicts_with = "until")]
+        follow: bool,
+        /// Print JSON: {hits: [{rank, time, host, stream, seq, line, context}], total, next_cursor};
+        /// with --follow one hit object per line.
         #[arg(long)]
         json: bool,
     },
@@ -221,9 +232,9 @@ fn main() -> ExitCode {
         Command::Suspects { since, all, json } => runtime().and_then(|rt| rt.block_on(suspects::run(&server, since.as_deref(), all, json))),
         Command::Report { job, json } => runtime().and_then(|rt| rt.block_on(remote::report(&server, &job, json))),
         Command::Jobs { json } => runtime().and_then(|rt| rt.block_on(remote::jobs(&server, json))),
-        Command::Search { job, query, rank, host, stream, kind, since, until, limit, cursor, json } => {
-            let args = remote::SearchArgs { query, rank, host, stream, kind, since, until, limit, cursor, json };
-            runtime().and_then(|rt| rt.block_on(remote::search(&server, &job, args)))
+        Command::Search { job, query, rank, host, stream, kind, since, until, limit, cursor, context, follow, json } => {
+            let args = search::SearchArgs { query, rank, host, stream, kind, since, until, limit, cursor, context, follow, json };
+            runtime().and_then(|rt| rt.block_on(search::search(&server, &job, args)))
         }
         Command::Count { job, query, json } => runtime().and_then(|rt| rt.block_on(remote::count(&server, &job, &query, json))),
         Command::Timeline { job, width, by_host, json } => runtime().and_then(|rt| rt.block_on(timeline::run(&server, &job, width, by_host, json))),

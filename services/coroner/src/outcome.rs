@@ -1,4 +1,4 @@
-//! The exit status of `analyze`, `report` and `watch --until-done`: one code per verdict, so a
+//! The exit status of `analyze`, `report`, `watch --until-done` and `search --follow`: one code per verdict, so a
 //! script can branch on the outcome without parsing JSON. 2 stays what it is for every command:
 //! coroner itself could not answer (bad arguments, unreadable input, coronerd unreachable).
 
@@ -7,12 +7,12 @@ use std::process::ExitCode;
 
 /// What `--help` and the README print; keep it in step with [`exit_code`].
 pub const EXIT_CODES: &str = "\
-Exit status (analyze, report, watch --until-done):
+Exit status (analyze, report, watch --until-done, search --follow):
   0  the job succeeded (every rank ended well, or the logs show no failure)
   1  the job failed (the report names the first failure)
   2  coroner could not answer (bad arguments, unreadable input, coronerd unreachable)
   3  unknown: the job ended but its evidence supports no verdict (a partial log)
-  4  the job is still running (report only)";
+  4  the job is still running (report, and search --follow stopped by Ctrl-C)";
 
 pub fn exit_code(verdict: Verdict) -> ExitCode {
     ExitCode::from(code(verdict))

@@ -1,4 +1,4 @@
-//! Commands that read from coronerd: `report`, `jobs`, `search`, `count`, `watch`.
+//! Commands that read from coronerd: `report`, `jobs`, `count`, `watch` (`search` is `search.rs`).
 
 use anyhow::Context;
 use coroner_proto::auth::{Channel, ClientAuth};
@@ -107,67 +107,12 @@ pub async fn jobs(server: &Server, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `coroner search` asks for.
-pub struct SearchArgs {
-    pub query: String,
-    pub rank: Option<u32>,
-    pub host: Option<String>,
-    pub stream: Option<String>,
-    pub kind: Option<String>,
-    pub since: Option<String>,
-    pub until: Option<String>,
-    pub limit: u32,
-    pub cursor: Option<String>,
-    pub json: bool,
-}
-
 /// An RFC 3339 time (`2024-05-01T12:00:00Z`, `2024-05-01T14:00:00.5+02:00`) as ns since the epoch.
 pub fn parse_time(what: &str, s: &str) -> anyhow::Result<i64> {
     chrono::DateTime::parse_from_rfc3339(s.trim())
         .ok()
         .and_then(|t| t.timestamp_nanos_opt())
         .ok_or_else(|| anyhow::anyhow!("{what} {s:?} is not an RFC 3339 time (like 2024-05-01T12:00:00Z)"))
-}
-
-pub async fn search(server: &Server, job: &str, a: SearchArgs) -> anyhow::Result<ExitCode> {
-    let since_ns = a.since.as_deref().map(|s| parse_time("--since", s)).transpose()?;
-    let until_ns = a.until.as_deref().map(|s| parse_time("--until", s)).transpose()?;
-    let mut client = connect(server).await?;
-    let resp = client
-        .search(v1::SearchRequest {
-            job_id: job.to_string(),
-            query: a.query,
-            rank: a.rank,
-            since_ns,
-            until_ns,
-            limit: a.limit,
-            page_token: a.cursor.unwrap_or_default(),
-            host: a.host.unwrap_or_default(),
-            stream: a.stream.unwrap_or_default(),
-            kind: a.kind.unwrap_or_default(),
-            ..Default::default()
-        })
-        .await
-        .map_err(status_message)?
-        .into_inner();
-    if a.json {
-        let hits: Vec<serde_json::Value> = resp
-            .hits
-            .iter()
-            .map(|h| serde_json::json!({"rank": h.rank, "time": coroner_model::format_rfc3339_ns(h.time_ns), "stream": h.stream, "line": h.line}))
-            .collect();
-        crate::term::out_json(&serde_json::to_string_pretty(&hits)?);
-    } else {
-        for h in &resp.hits {
-            let rank = h.rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
-            crate::say!("{} rank {rank} {}: {}", coroner_model::format_rfc3339_ns(h.time_ns), h.stream, h.line);
-        }
-        crate::say_err!("{} of {} matching lines (times on the aligned clock)", resp.hits.len(), resp.total);
-    }
-    if !resp.next_page_token.is_empty() {
-        crate::say_err!("more: add --cursor {}", resp.next_page_token);
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 pub async fn count(server: &Server, job: &str, query: &str, json: bool) -> anyhow::Result<ExitCode> {

@@ -4,8 +4,9 @@
 //!   the **write** token; Query needs the **read** token (the write token reads too). Health
 //!   checks stay open. The token arrives as `authorization: Bearer <token>` metadata. A query
 //!   proxied to the job's owner keeps the caller's headers, so the owner checks the same token.
-//! - HTTP: [`http_guard`] requires the read (or write) token on everything but `/healthz` and
-//!   `/assets/*`, from `Authorization: Bearer <token>`, a `coroner_token` cookie, or `?token=` in
+//! - HTTP: [`http_guard`] requires the write token on OTLP/HTTP's `POST /v1/logs` (from the
+//!   `Authorization` header only), and the read (or write) token on everything else but
+//!   `/healthz` and `/assets/*`, from `Authorization: Bearer <token>`, a `coroner_token` cookie, or `?token=` in
 //!   the address; a page opened with a valid `?token=` sets the cookie, so a browser needs the
 //!   token in its address once.
 //!
@@ -25,6 +26,9 @@ use std::task::{Context, Poll};
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
+
+/// OTLP/HTTP's logs endpoint: the one HTTP path that writes.
+pub const OTLP_LOGS_PATH: &str = "/v1/logs";
 
 /// The cookie a browser keeps the token in after opening a page with `?token=`.
 const COOKIE: &str = "coroner_token";
@@ -175,6 +179,13 @@ pub async fn http_guard(State(tokens): State<Arc<Tokens>>, req: axum::extract::R
 async fn guarded(tokens: &Tokens, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let path = req.uri().path();
     if !tokens.enforced() || path == "/healthz" || path.starts_with("/assets/") {
+        return next.run(req).await;
+    }
+    // OTLP/HTTP writes: the write token, and only from the header (as OTLP/gRPC takes it).
+    if path == OTLP_LOGS_PATH {
+        if let Err(why) = tokens.check(Need::Write, bearer(req.headers())) {
+            return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response();
+        }
         return next.run(req).await;
     }
     let from_query = query_token(req.uri().query());

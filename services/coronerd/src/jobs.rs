@@ -144,6 +144,11 @@ impl Jobs {
         Ok(crate::incidents::suspects(&self.store, since_ns, all).await?)
     }
 
+    /// A job's row (its stored report among it), if the job is known.
+    pub async fn row(&self, job: &JobId) -> Result<Option<JobRow>, ServiceError> {
+        Ok(self.store.get_job(job).await?)
+    }
+
     /// The notification delivery log, newest first (docs/NOTIFY.md).
     pub async fn deliveries(&self, f: &coroner_store::DeliveryFilter) -> Result<Vec<coroner_store::Delivery>, ServiceError> {
         Ok(self.store.deliveries(f).await?)

@@ -14,8 +14,11 @@ mod incidents;
 mod job;
 mod jobs;
 pub mod limits;
+mod loki;
 pub mod metrics;
+
 pub mod notify;
+mod otlp;
 mod ownership;
 mod proxy;
 mod refusal;
@@ -27,7 +30,7 @@ mod views;
 mod writers;
 
 use anyhow::Context;
-use grpc::{ingest, liveness, otlp, query};
+use grpc::{ingest, liveness, query};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -101,8 +104,14 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     // Queries and heartbeats about a job another instance owns go to the owner.
     let peers = proxy::Peers::new(peer_auth);
     let grpc = grpc_server(&parts, peers, grpc_tls, tokens.clone(), grpc_listener, shutdown.clone()).await?;
-    let app = http::router(parts.jobs.clone(), parts.metrics.clone(), parts.snapshots.clone(), parts.searches.clone())
-        .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
+    let app = http::router(http::Services {
+        jobs: parts.jobs.clone(),
+        metrics: parts.metrics.clone(),
+        snapshots: parts.snapshots.clone(),
+        searches: parts.searches.clone(),
+        otlp: parts.otlp.clone(),
+    })
+    .layer(axum::middleware::from_fn_with_state(tokens, auth::http_guard));
     let (header_timeout, http_shutdown) = (config.limits.http_header_timeout, shutdown.clone());
     let http: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> = match http_tls {
         None => Box::pin(http::serve::serve(http_listener, app, header_timeout, http_shutdown)),
@@ -140,6 +149,8 @@ struct Parts {
     searches: Arc<searches::Searches>,
     budget: Arc<ingest::IngestBudget>,
     limits: Arc<limits::LimitsConfig>,
+    /// OTLP logs, over gRPC and HTTP alike.
+    otlp: Arc<otlp::OtlpReceiver>,
 }
 
 impl Parts {
@@ -175,7 +186,8 @@ impl Parts {
                 .with_shares(config.limits.ingest_stream_share, config.limits.ingest_job_share),
         );
         let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
-        Ok(Parts { jobs, metrics, snapshots, searches, budget, limits })
+        let otlp = Arc::new(otlp::OtlpReceiver::new(jobs.clone(), metrics.clone(), limits.max_string_bytes));
+        Ok(Parts { jobs, metrics, snapshots, searches, budget, limits, otlp })
     }
 }
 
@@ -198,7 +210,7 @@ async fn grpc_server(
     let ingest = ingest::IngestService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.metrics.clone(), parts.budget.clone(), parts.limits.clone());
     let query = query::QueryService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.searches.clone());
     let liveness = liveness::LivenessService::new(parts.jobs.clone());
-    let otlp = otlp::OtlpLogs::new(parts.jobs.clone(), parts.metrics.clone(), parts.limits.max_string_bytes);
+    let otlp = grpc::otlp::OtlpLogs::new(parts.otlp.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
     health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;
@@ -213,7 +225,7 @@ async fn grpc_server(
     let ingest = ingest::Prepaid::new(coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20), parts.budget.clone());
     let query = proxy::OwnerProxy::new(coroner_proto::v1::query_server::QueryServer::new(query), peers.clone());
     let liveness = proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers);
-    let otlp = otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20);
+    let otlp = grpc::otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20);
     Ok(builder
         .add_service(health_service)
         .add_service(reflection)

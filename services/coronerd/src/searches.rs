@@ -67,6 +67,12 @@ impl Searches {
         })
     }
 
+    /// How many matching lines one search may visit (`--max-query-lines`): also what a query
+    /// answered in several searches (the Loki API's filtered pages) may scan in all.
+    pub fn max_lines(&self) -> u64 {
+        self.max_lines
+    }
+
     /// The parse budget: refuses a query the grammar could spend long on, before anything else.
     pub fn check(&self, query: &str) -> Result<(), ServiceError> {
         coroner_index::check_query(query, &self.limits).map_err(|r| {

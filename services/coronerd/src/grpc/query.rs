@@ -192,14 +192,26 @@ impl Query for QueryService {
             kind: Some(r.kind),
             since_ns: r.since_ns,
             until_ns: r.until_ns,
+
             limit: (if r.page_size != 0 { r.page_size } else { r.limit }) as usize,
             cursor: Some(search_token(r.page_token, r.cursor)?),
+            descending: r.newest_first,
+            context: r.context as usize,
         };
         let result = search::search(&self.searches, &job, params).await?;
         let hits = result
             .hits
             .into_iter()
-            .map(|h| v1::SearchHit { rank: h.rank, time_ns: h.time_ns, stream: h.stream, line: h.line, capture_ns: h.capture_ns, host: h.host, seq: h.seq })
+            .map(|h| v1::SearchHit {
+                rank: h.rank,
+                time_ns: h.time_ns,
+                stream: h.stream,
+                line: h.line,
+                capture_ns: h.capture_ns,
+                host: h.host,
+                seq: h.seq,
+                context: h.context,
+            })
             .collect();
         let next = result.next_cursor.unwrap_or_default();
         Ok(Response::new(v1::SearchResponse { hits, total: result.total, next_cursor: next.clone(), next_page_token: next }))

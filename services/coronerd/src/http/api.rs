@@ -62,6 +62,8 @@ pub struct SearchQuery {
     until: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
+    /// Lines before and after each hit on its rank and stream.
+    context: Option<String>,
 }
 
 /// An RFC 3339 time or integer ns since the epoch.
@@ -94,6 +96,8 @@ fn params(q: SearchQuery) -> Result<SearchParams, ServiceError> {
         severity: q.severity,
         kind: q.kind,
         cursor: q.cursor,
+        descending: false,
+        context: opt::<usize>("context", &q.context)?.unwrap_or(0),
     })
 }
 

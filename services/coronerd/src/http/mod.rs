@@ -1,4 +1,5 @@
-//! HTTP: the web pages (one file each), their JSON API, snapshot downloads and `/metrics`.
+//! HTTP: the web pages (one file each), their JSON API, snapshot downloads, `/metrics`, OTLP/HTTP
+//! logs in (`otlp.rs`) and a Loki-compatible read API for Grafana (`loki.rs`).
 //!
 //! Pages are server-rendered HTML with one small vanilla script for the timeline and the search
 //! box; every asset is served from here (no build step, no external network). Errors are pages
@@ -11,7 +12,10 @@ mod flight_recorder;
 mod job_page;
 mod jobs_page;
 mod live_findings;
+
 mod notifications;
+mod loki;
+mod otlp;
 pub mod serve;
 mod similar;
 
@@ -22,7 +26,7 @@ use crate::snapshots::SnapshotStore;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
 
@@ -32,9 +36,20 @@ pub(crate) struct AppState {
     pub metrics: Arc<Metrics>,
     pub snapshots: Arc<SnapshotStore>,
     pub searches: Arc<crate::searches::Searches>,
+    pub otlp: Arc<crate::otlp::OtlpReceiver>,
 }
 
-pub fn router(jobs: Arc<Jobs>, metrics: Arc<Metrics>, snapshots: Arc<SnapshotStore>, searches: Arc<crate::searches::Searches>) -> Router {
+/// What the HTTP side serves from.
+pub struct Services {
+    pub jobs: Arc<Jobs>,
+    pub metrics: Arc<Metrics>,
+    pub snapshots: Arc<SnapshotStore>,
+    pub searches: Arc<crate::searches::Searches>,
+    pub otlp: Arc<crate::otlp::OtlpReceiver>,
+}
+
+pub fn router(services: Services) -> Router {
+    let Services { jobs, metrics, snapshots, searches, otlp } = services;
     Router::new()
         .route("/", get(jobs_page::handler))
         .route("/jobs/{id}", get(job_page::handler))
@@ -44,13 +59,19 @@ pub fn router(jobs: Arc<Jobs>, metrics: Arc<Metrics>, snapshots: Arc<SnapshotSto
         .route("/api/jobs/{id}/search", get(api::search))
         .route("/api/jobs/{id}/counts", get(api::counts))
         .route("/api/jobs/{id}/timeline", get(api::timeline))
+
         .route("/api/notifications", get(notifications::log))
+        .route("/loki/api/v1/labels", get(loki::labels))
+        .route("/loki/api/v1/label/{name}/values", get(loki::label_values))
+        .route("/loki/api/v1/query_range", get(loki::query_range))
+        .route("/loki/api/v1/query", get(loki::query))
         .route("/assets/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE) }))
         .route("/assets/job.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], JOB_JS) }))
+        .route(crate::auth::OTLP_LOGS_PATH, post(otlp::logs).layer(axum::extract::DefaultBodyLimit::max(otlp::MAX_BODY_BYTES)))
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(to_owner))
-        .with_state(AppState { jobs, metrics, snapshots, searches })
+        .with_state(AppState { jobs, metrics, snapshots, searches, otlp })
 }
 
 const STYLE: &str = include_str!("assets/style.css");

@@ -1,6 +1,7 @@
-//! What the Query service and the web page show, computed once for both: aligned search, the
-//! timeline, and the few lookups both make (a job id, a snapshot's stored file).
+//! What the Query service and the web page show, computed once for both: aligned search (and
+//! the lines around its hits, `context.rs`), the timeline, and the few lookups both make (a job id, a snapshot's stored file).
 
+pub mod context;
 pub mod search;
 pub mod timeline;
 

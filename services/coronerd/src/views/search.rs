@@ -31,6 +31,11 @@ pub struct SearchParams {
     pub until_ns: Option<i64>,
     pub limit: usize,
     pub cursor: Option<String>,
+    /// Newest first.
+    pub descending: bool,
+    /// Lines before and after each hit on its rank and stream (`context.rs`), at most
+    /// [`super::context::MAX_CONTEXT`].
+    pub context: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -44,6 +49,8 @@ pub struct Hit {
     pub stream: String,
     pub seq: u64,
     pub line: String,
+    /// A line around a hit (`context`), not a hit itself.
+    pub context: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -62,6 +69,8 @@ fn nonempty(s: Option<String>) -> Option<String> {
     s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
+/// One page of hits in aligned order (newest first when `descending`), each with its context
+/// lines when `context` > 0; `total` and the cursor count hits only.
 pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Result<SearchResult, ServiceError> {
     searches.check(&p.query)?;
     let report = job.current_report().await?;
@@ -70,6 +79,8 @@ pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Res
         None => None,
         Some(s) => Some(Stream::parse(&s).ok_or_else(|| ServiceError::InvalidArgument(format!("stream {s:?}: use stdout, stderr or file")))?),
     };
+    let limit = if p.limit == 0 { 100 } else { p.limit.min(coroner_index::MAX_PAGE_SIZE) };
+    let context = super::context::check(p.context, limit)?;
     let capture_windows = capture_windows(job, &clocks, p.since_ns, p.until_ns)?;
     let only_lines = match nonempty(p.kind).filter(|k| k != "line") {
         None => None,
@@ -84,12 +95,26 @@ pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Res
         capture_windows,
         order_offsets: Some(clocks.iter().map(|(k, (o, _))| (*k, *o)).collect()),
         only_lines,
-        limit: if p.limit == 0 { 100 } else { p.limit.min(coroner_index::MAX_PAGE_SIZE) },
+        limit,
         cursor: nonempty(p.cursor),
+        descending: p.descending,
     };
     let index = job.index().clone();
     let page = searches.run(job.id(), move |budget, alone| index.search_within(&request, budget, alone)).await?;
-    let hits = page.hits.into_iter().map(|h| hit(h, &clocks)).collect();
+    let mut hits: Vec<Hit> = page.hits.into_iter().map(|h| hit(h, &clocks)).collect();
+    if context > 0 {
+        let around = super::context::lines_around(&hits, context);
+        let request = SearchRequest {
+            only_lines: Some(around),
+            order_offsets: Some(clocks.iter().map(|(k, (o, _))| (*k, *o)).collect()),
+            limit: coroner_index::MAX_PAGE_SIZE,
+            ..Default::default()
+        };
+        let index = job.index().clone();
+        let found = searches.run(job.id(), move |budget, alone| index.search_within(&request, budget, alone)).await?;
+        let lines = found.hits.into_iter().map(|h| Hit { context: true, ..hit(h, &clocks) }).collect();
+        hits = super::context::interleave(hits, lines, context);
+    }
     Ok(SearchResult { hits, total: page.total, next_cursor: page.next_cursor })
 }
 
@@ -142,6 +167,7 @@ fn hit(h: coroner_index::IndexedLine, clocks: &BTreeMap<Option<u32>, (i64, i64)>
         stream: h.stream.as_str().to_string(),
         seq: h.seq,
         line: String::from_utf8_lossy(&h.bytes).into_owned(),
+        context: false,
     }
 }
 
