@@ -13,8 +13,8 @@ mod job_page;
 mod jobs_page;
 mod live_findings;
 
-mod notifications;
 mod loki;
+mod notifications;
 mod otlp;
 pub mod serve;
 mod similar;
@@ -59,7 +59,6 @@ pub fn router(services: Services) -> Router {
         .route("/api/jobs/{id}/search", get(api::search))
         .route("/api/jobs/{id}/counts", get(api::counts))
         .route("/api/jobs/{id}/timeline", get(api::timeline))
-
         .route("/api/notifications", get(notifications::log))
         .route("/loki/api/v1/labels", get(loki::labels))
         .route("/loki/api/v1/label/{name}/values", get(loki::label_values))

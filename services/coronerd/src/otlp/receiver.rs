@@ -73,12 +73,7 @@ impl OtlpReceiver {
         for (id, hosts) in by_job {
             // A world size is believed in proportion to the ranks this export names (`limits.rs`).
             let ranks = hosts.values().flatten().filter_map(|m| m.rank).collect::<HashSet<_>>().len();
-            let world = hosts
-                .values()
-                .flatten()
-                .filter_map(|m| m.world_size)
-                .max()
-                .map(|w| self.jobs.believed_world_size(w, ranks.max(1)));
+            let world = hosts.values().flatten().filter_map(|m| m.world_size).max().map(|w| self.jobs.believed_world_size(w, ranks.max(1)));
             let job = self.jobs.heard_from(&id, world, now).await?;
             let ranks: Vec<(u32, String)> = hosts.values().flatten().filter_map(|m| m.rank.map(|r| (r, m.host.clone()))).collect();
             job.update(|p| {
