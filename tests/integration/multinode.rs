@@ -48,8 +48,8 @@ fn node(server: &str, job: &str, host: &str, dir: &Path, max_restarts: u32, faul
 /// filed under that rank. Answers the ranks the lines were filed under.
 fn lines_sit_under_their_global_ranks(server: &TestServer, job: &str) -> std::collections::BTreeSet<u64> {
     let out = server.coroner(&["search", job, "train", "--limit", "1000", "--json"]);
-    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).expect("search JSON");
-    let hits = hits.as_array().expect("a list of hits");
+    let found: serde_json::Value = serde_json::from_slice(&out.stdout).expect("search JSON");
+    let hits = found["hits"].as_array().expect("a list of hits");
     assert!(hits.len() >= 4 * 3, "every rank's progress lines: {hits:#?}");
     for h in hits {
         let line = h["line"].as_str().unwrap_or_default();
