@@ -17,6 +17,7 @@ mod served;
 mod skewed_clocks;
 mod slurm;
 mod snapshots;
+mod storage;
 mod takeover;
 mod tls;
 mod web;

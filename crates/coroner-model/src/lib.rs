@@ -16,6 +16,7 @@ mod line;
 mod live;
 mod process;
 mod report;
+mod size;
 mod time;
 
 pub use class::{FaultClass, Role, Verdict};
@@ -32,4 +33,5 @@ pub use process::{ProcessEnd, ProcessEndCause};
 pub use report::{
     CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, GpuMemory, RankSummary, Report, SnapshotSummary, REPORT_FORMAT_VERSION,
 };
+pub use size::parse_size;
 pub use time::{format_rfc3339_ns, now_ns, parse_duration, Nanos};

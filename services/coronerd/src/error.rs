@@ -66,7 +66,10 @@ impl From<crate::ownership::LeaseError> for ServiceError {
 
 impl From<coroner_store::StoreError> for ServiceError {
     fn from(e: coroner_store::StoreError) -> Self {
-        ServiceError::Internal(format!("metadata store: {e}"))
+        match e {
+            e @ coroner_store::StoreError::ContentBeingDeleted(_) => ServiceError::Unavailable(e.to_string()),
+            e => ServiceError::Internal(format!("metadata store: {e}")),
+        }
     }
 }
 

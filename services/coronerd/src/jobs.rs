@@ -18,6 +18,17 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+/// What [`Jobs::remove`] deleted.
+#[derive(Debug)]
+pub struct Removed {
+    pub verdict: String,
+    pub lines: u64,
+    /// The bytes its index folder held.
+    pub index_bytes: u64,
+    /// The contents its snapshots named (collected after, if no other job names them).
+    pub snapshot_contents: Vec<String>,
+}
+
 pub struct Jobs {
     pub store: Arc<dyn Metastore>,
     pub rules: Arc<RuleSet>,
@@ -109,23 +120,64 @@ impl Jobs {
         Ok(())
     }
 
-    /// Closes a job the store no longer holds (deleted by retention) and deletes its index.
-    pub async fn forget(&self, job: &JobId) -> Result<(), ServiceError> {
+    /// Deletes a job's rows (report, sessions, snapshot references) and its index, under this
+    /// instance's lease so that no other instance opens it meanwhile. Refuses a running job
+    /// unless `force`; a job another live instance owns answers [`ServiceError::Elsewhere`].
+    /// Callers go through `crate::deletion`, which also collects the job's snapshot contents.
+    pub async fn remove(&self, job: &JobId, force: bool) -> Result<Removed, ServiceError> {
+        let row = self.store.get_job(job).await?.ok_or_else(|| ServiceError::NotFound(format!("no job {job:?} on this server (list them with `coroner jobs`)")))?;
+        if row.verdict == coroner_store::VERDICT_RUNNING && !force {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "job {job} is running (no report has ended it): wait until it ends, or delete it anyway with --force (agents still shipping would create it again)"
+            )));
+        }
+        let borrowed = match self.fence(job) {
+            Some(_) => None,
+            None => match ownership::claim(&self.store, &self.me, job).await? {
+                Claim::Mine(f) => Some(f),
+                Claim::Elsewhere(owner) => return Err(ServiceError::Elsewhere(owner)),
+            },
+        };
+        let named = self.store.snapshots(job).await?.into_iter().map(|s| s.sha256).collect();
+        let deleted = self.store.delete_job(job).await;
+        let index_bytes = match &deleted {
+            Ok(_) => self.forget(job).await,
+            Err(_) => Ok(0),
+        };
+        if let Some(fence) = borrowed {
+            ownership::release(&self.store, &self.me, job, &fence).await;
+        }
+        deleted?;
+        Ok(Removed { verdict: row.verdict, lines: row.lines, index_bytes: index_bytes?, snapshot_contents: named })
+    }
+
+    /// Closes a job the store no longer holds (deleted) and deletes its index; returns the bytes
+    /// its index folder held.
+    pub async fn forget(&self, job: &JobId) -> Result<u64, ServiceError> {
         if let Some(n) = self.known_jobs.lock().await.as_mut() {
             *n = n.saturating_sub(1);
         }
-        self.open.lock().await.remove(job);
+        let was_open = self.open.lock().await.remove(job);
         let lease = self.fences.lock().unwrap_or_else(|p| p.into_inner()).remove(job);
         if let Some((fence, stop)) = lease {
             stop.cancel();
             ownership::release(&self.store, &self.me, job, &fence).await;
         }
-        let dir = self.shared.job_dir(job);
-        tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(ServiceError::Internal(format!("delete the index of an expired job at {}: {e}", dir.display())))
+        let (dir, index_dir) = (self.shared.job_dir(job), self.shared.index_dir(job));
+        tokio::task::spawn_blocking(move || {
+            // Its writer's threads stop before the folder goes.
+            if let Some(open) = was_open {
+                if let Err(e) = open.index().close_writer() {
+                    tracing::warn!(error = %e, "closing the deleted job's index writer failed; deleting its folder anyway");
+                }
             }
-            _ => Ok(()),
+            let bytes = coroner_index::folder_bytes(&index_dir);
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(ServiceError::Internal(format!("delete the index of a deleted job at {}: {e}", dir.display())))
+                }
+                _ => Ok(bytes),
+            }
         })
         .await?
     }

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod config;
+mod deletion;
 pub mod error;
 mod grpc;
 mod http;
@@ -25,7 +26,7 @@ mod views;
 mod writers;
 
 use anyhow::Context;
-use grpc::{ingest, liveness, otlp, query};
+use grpc::{admin, ingest, liveness, otlp, query};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -90,7 +91,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     let me = config.instance(bound.grpc, bound.http);
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
     let parts = Parts::new(&config, store, rules, me, &shutdown)?;
-    retention::spawn(parts.jobs.clone(), parts.snapshots.clone(), config.retention, shutdown.clone());
+    retention::spawn(parts.deleter.clone(), parts.snapshots.clone(), retention::Policy::from_config(&config), shutdown.clone());
     // Queries and heartbeats about a job another instance owns go to the owner.
     let peers = proxy::Peers::new(peer_auth);
     let grpc = grpc_server(&parts, peers, grpc_tls, tokens.clone(), grpc_listener, shutdown.clone()).await?;
@@ -127,6 +128,8 @@ struct Parts {
     searches: Arc<searches::Searches>,
     budget: Arc<ingest::IngestBudget>,
     limits: Arc<limits::LimitsConfig>,
+    /// Deletes jobs (`coroner delete`, retention by size) and the contents only they named.
+    deleter: deletion::Deleter,
 }
 
 impl Parts {
@@ -160,7 +163,9 @@ impl Parts {
                 .with_shares(config.limits.ingest_stream_share, config.limits.ingest_job_share),
         );
         let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
-        Ok(Parts { jobs, metrics, snapshots, searches, budget, limits })
+        let contents = snapshots::gc::Contents { store: jobs.store.clone(), snapshots: snapshots.clone(), metrics: metrics.clone() };
+        let deleter = deletion::Deleter { jobs: jobs.clone(), contents };
+        Ok(Parts { jobs, metrics, snapshots, searches, budget, limits, deleter })
     }
 }
 
@@ -170,8 +175,8 @@ fn live_config(config: &Config) -> coroner_analysis::live::LiveConfig {
     coroner_analysis::live::LiveConfig { step_multiple: config.hang_step_multiple, floor_ns, ..Default::default() }
 }
 
-/// The gRPC server: Ingest, Query, Liveness and OTLP logs behind their tokens (queries and
-/// heartbeats about a job another instance owns go to the owner), health and reflection.
+/// The gRPC server: Ingest, Query, Liveness, Admin and OTLP logs behind their tokens (queries,
+/// heartbeats and deletions of a job another instance owns go to the owner), health and reflection.
 async fn grpc_server(
     parts: &Parts,
     peers: proxy::Peers,
@@ -184,6 +189,7 @@ async fn grpc_server(
     let query = query::QueryService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.searches.clone());
     let liveness = liveness::LivenessService::new(parts.jobs.clone());
     let otlp = otlp::OtlpLogs::new(parts.jobs.clone());
+    let admin = admin::AdminService::new(parts.deleter.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
     health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;
@@ -197,7 +203,8 @@ async fn grpc_server(
     }
     let ingest = ingest::Prepaid::new(coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20), parts.budget.clone());
     let query = proxy::OwnerProxy::new(coroner_proto::v1::query_server::QueryServer::new(query), peers.clone());
-    let liveness = proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers);
+    let liveness = proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers.clone());
+    let admin = proxy::OwnerProxy::new(coroner_proto::v1::admin_server::AdminServer::new(admin), peers);
     let otlp = otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20);
     Ok(builder
         .add_service(health_service)
@@ -205,6 +212,7 @@ async fn grpc_server(
         .add_service(auth::Guarded::new(ingest, tokens.clone(), auth::Need::Write))
         .add_service(auth::Guarded::new(query, tokens.clone(), auth::Need::Read))
         .add_service(auth::Guarded::new(liveness, tokens.clone(), auth::Need::Write))
+        .add_service(auth::Guarded::new(admin, tokens.clone(), auth::Need::Write))
         .add_service(auth::Guarded::new(otlp, tokens, auth::Need::Write))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async move { shutdown.cancelled().await }))
 }

@@ -11,6 +11,7 @@ pub type Store = Arc<dyn Metastore>;
 
 pub use crate::incidents::*;
 pub use crate::leases::*;
+pub use crate::storage::*;
 
 fn job(s: &str) -> JobId {
     JobId::parse(s).expect("valid job id")
