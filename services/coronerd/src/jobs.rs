@@ -77,7 +77,7 @@ impl Jobs {
             return Ok(j.clone());
         }
         if !create && self.store.get_job(job).await?.is_none() {
-            return Err(ServiceError::NotFound(format!("no job {job:?} on this server (list them with `coroner jobs`)")));
+            return Err(ServiceError::NotFound(format!("no job {:?} on this server (list them with `coroner jobs`)", job.as_str())));
         }
         let fence = match ownership::claim(&self.store, &self.me, job).await? {
             Claim::Mine(f) => f,
@@ -125,7 +125,7 @@ impl Jobs {
     /// unless `force`; a job another live instance owns answers [`ServiceError::Elsewhere`].
     /// Callers go through `crate::deletion`, which also collects the job's snapshot contents.
     pub async fn remove(&self, job: &JobId, force: bool) -> Result<Removed, ServiceError> {
-        let row = self.store.get_job(job).await?.ok_or_else(|| ServiceError::NotFound(format!("no job {job:?} on this server (list them with `coroner jobs`)")))?;
+        let row = self.store.get_job(job).await?.ok_or_else(|| ServiceError::NotFound(format!("no job {:?} on this server (list them with `coroner jobs`)", job.as_str())))?;
         if row.verdict == coroner_store::VERDICT_RUNNING && !force {
             return Err(ServiceError::FailedPrecondition(format!(
                 "job {job} is running (no report has ended it): wait until it ends, or delete it anyway with --force (agents still shipping would create it again)"
