@@ -44,7 +44,14 @@ fn running_job(server: &TestServer, token: Option<&str>, job: &str) {
         let auth = coroner_proto::auth::ClientAuth::default().with_token(token.as_deref()).expect("token");
         let channel = auth.endpoint(&url).expect("endpoint").connect().await.expect("connect");
         let mut client = IngestClient::new(auth.channel(channel));
-        let req = v1::OpenSessionRequest { job_id: job.into(), rank: Some(0), world_size: Some(2), host: "node-a".into(), agent_instance: "a-1".into(), ..Default::default() };
+        let req = v1::OpenSessionRequest {
+            job_id: job.into(),
+            rank: Some(0),
+            world_size: Some(2),
+            host: "node-a".into(),
+            agent_instance: "a-1".into(),
+            ..Default::default()
+        };
         client.open_session(req).await.expect("open a session");
     });
 }

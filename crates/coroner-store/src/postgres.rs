@@ -29,15 +29,13 @@ impl PostgresStore {
     /// default, `require`, `verify-ca`, `verify-full`) and `sslrootcert=PATH` for a private CA.
     pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
         let location = redact_url(url);
-        let pool = PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
-            .await
-            .map_err(|source| match is_tls(&source) {
-                true => StoreError::PostgresTls { location: location.clone(), source },
-                false => StoreError::ConnectPostgres { location: location.clone(), source },
-            })?;
+        let pool =
+            PgPoolOptions::new().max_connections(MAX_CONNECTIONS).acquire_timeout(Duration::from_secs(10)).connect(url).await.map_err(
+                |source| match is_tls(&source) {
+                    true => StoreError::PostgresTls { location: location.clone(), source },
+                    false => StoreError::ConnectPostgres { location: location.clone(), source },
+                },
+            )?;
         MIGRATOR.run(&pool).await.map_err(|source| StoreError::Migrate { location: location.clone(), source })?;
         Ok(PostgresStore { pool })
     }

@@ -181,10 +181,8 @@ macro_rules! impl_storage_store {
 
             async fn job_tally(&self) -> Result<Vec<$crate::TallyRow>, $crate::StoreError> {
                 use $crate::rows::Get as _;
-                let rows = sqlx::query($crate::storage::JOB_TALLY)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| $crate::StoreError::query("read the job tally", "", e))?;
+                let rows =
+                    sqlx::query($crate::storage::JOB_TALLY).fetch_all(&self.pool).await.map_err(|e| $crate::StoreError::query("read the job tally", "", e))?;
                 rows.iter()
                     .map(|r| {
                         let class = r.get_string("fault_class")?;

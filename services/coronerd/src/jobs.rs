@@ -107,7 +107,7 @@ impl Jobs {
         }
         let count = match *known {
             Some(n) => n,
-            None => self.store.list_jobs(&Default::default()).await?.len() as u64,
+            None => self.store.job_tally().await?.iter().map(|t| t.jobs).sum(),
         };
         if count >= self.limits.max_jobs {
             *known = Some(count);
@@ -125,7 +125,11 @@ impl Jobs {
     /// unless `force`; a job another live instance owns answers [`ServiceError::Elsewhere`].
     /// Callers go through `crate::deletion`, which also collects the job's snapshot contents.
     pub async fn remove(&self, job: &JobId, force: bool) -> Result<Removed, ServiceError> {
-        let row = self.store.get_job(job).await?.ok_or_else(|| ServiceError::NotFound(format!("no job {:?} on this server (list them with `coroner jobs`)", job.as_str())))?;
+        let row = self
+            .store
+            .get_job(job)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("no job {:?} on this server (list them with `coroner jobs`)", job.as_str())))?;
         if row.verdict == coroner_store::VERDICT_RUNNING && !force {
             return Err(ServiceError::FailedPrecondition(format!(
                 "job {job} is running (no report has ended it): wait until it ends, or delete it anyway with --force (agents still shipping would create it again)"

@@ -107,7 +107,8 @@ impl StorageMetrics {
             "# HELP coroner_snapshot_contents_deleted_total Snapshot contents deleted once no job named them.\n# TYPE coroner_snapshot_contents_deleted_total counter\ncoroner_snapshot_contents_deleted_total {}",
             self.contents_deleted.load(Relaxed)
         );
-        let _ = writeln!(out, "# HELP coroner_storage_bytes Bytes on disk as the last retention sweep counted them, by kind.\n# TYPE coroner_storage_bytes gauge");
+        let _ =
+            writeln!(out, "# HELP coroner_storage_bytes Bytes on disk as the last retention sweep counted them, by kind.\n# TYPE coroner_storage_bytes gauge");
         let _ = writeln!(out, "coroner_storage_bytes{{kind=\"index\"}} {}", self.index_bytes.load(Relaxed));
         let _ = writeln!(out, "coroner_storage_bytes{{kind=\"snapshots\"}} {}", self.snapshot_bytes.load(Relaxed));
         let _ = writeln!(
@@ -247,7 +248,12 @@ mod tests {
         let row = |verdict: &str, class: Option<&str>, jobs| coroner_store::TallyRow { verdict: verdict.into(), fault_class: class.map(Into::into), jobs };
         let counts = JobCounts::from_tally(&[row("failed", Some("nccl_error"), 3), row("failed", None, 1), row("succeeded", None, 7)]);
         let text = Metrics::default().render(&counts);
-        for want in ["coroner_jobs{verdict=\"failed\"} 4", "coroner_jobs{verdict=\"succeeded\"} 7", "coroner_jobs_failed{class=\"nccl_error\"} 3", "coroner_jobs_failed{class=\"unknown\"} 1"] {
+        for want in [
+            "coroner_jobs{verdict=\"failed\"} 4",
+            "coroner_jobs{verdict=\"succeeded\"} 7",
+            "coroner_jobs_failed{class=\"nccl_error\"} 3",
+            "coroner_jobs_failed{class=\"unknown\"} 1",
+        ] {
             assert!(text.contains(want), "{want} in {text}");
         }
     }

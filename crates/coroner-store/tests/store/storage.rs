@@ -87,10 +87,7 @@ pub async fn the_job_tally_follows_creation_verdicts_and_deletion(store: Store) 
     store.save_report(&a, "failed", Some(Rank(1)), Some("nccl_error"), "{}").await?;
     store.save_report(&a, "failed", Some(Rank(1)), Some("nccl_error"), "{}").await?;
     store.save_report(&b, "succeeded", None, None, "{}").await?;
-    assert_eq!(
-        tally(&store.job_tally().await?),
-        [("failed".into(), Some("nccl_error".into()), 1), ("running".into(), None, 1), ("succeeded".into(), None, 1)]
-    );
+    assert_eq!(tally(&store.job_tally().await?), [("failed".into(), Some("nccl_error".into()), 1), ("running".into(), None, 1), ("succeeded".into(), None, 1)]);
     store.save_report(&a, "failed", Some(Rank(2)), Some("cuda_oom"), "{}").await?;
     store.delete_job(&b).await?;
     assert_eq!(store.expire_jobs(5).await?.len(), 2, "expiry goes through the same triggers");

@@ -23,11 +23,16 @@ async fn postgres_tls_follows_the_urls_sslmode() -> Result<()> {
         if ssl == "on" {
             let store = required.context("sslmode=require against a server with ssl = on")?;
             store.touch_job(&coroner_model::JobId::parse("over-tls")?, None, 1).await?;
-            let in_tls: bool = sqlx::query_scalar("SELECT bool_or(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE datname = current_database() AND pid <> pg_backend_pid()")
-                .fetch_one(&mut plain)
-                .await?;
+            let in_tls: bool = sqlx::query_scalar(
+                "SELECT bool_or(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .fetch_one(&mut plain)
+            .await?;
             assert!(in_tls, "the store's connections use TLS");
-            let err = connect(&with_param(&url, "sslmode=verify-full")).await.err().context("a self-signed certificate passed full verification against the public roots")?;
+            let err = connect(&with_param(&url, "sslmode=verify-full"))
+                .await
+                .err()
+                .context("a self-signed certificate passed full verification against the public roots")?;
             assert!(matches!(err, StoreError::PostgresTls { .. }), "{err:?}");
             assert!(err.to_string().contains("sslrootcert=PATH"), "{err}");
             // The same certificate named as the CA by sslrootcert is trusted: the connection verifies

@@ -64,10 +64,7 @@ impl Contents {
         let fresh = self.store.add_snapshot(record).await?;
         if fresh && self.snapshots.stored_len(&record.sha256).is_none() {
             self.store.remove_snapshot(record).await?;
-            return Err(ServiceError::Unavailable(format!(
-                "snapshot {:?} was deleted by a storage sweep while it was filed; upload it again",
-                record.name
-            )));
+            return Err(ServiceError::Unavailable(format!("snapshot {:?} was deleted by a storage sweep while it was filed; upload it again", record.name)));
         }
         Ok(fresh)
     }
