@@ -85,6 +85,9 @@ pub trait StorageStore: Send + Sync {
     /// Makes deletions marked before `before_ns` and never finished (their sweeper died) live
     /// again, so the next sweep decides them afresh; returns how many.
     async fn revive_abandoned_deletions(&self, before_ns: i64) -> Result<u64, StoreError>;
+    /// Jobs with lines and no index size recorded (written before migration 0008), by id after
+    /// `after`, at most `limit`: their sizes are measured once when retention by size starts.
+    async fn unsized_jobs(&self, after: &str, limit: u32) -> Result<Vec<JobId>, StoreError>;
     /// Removes one snapshot reference (filed for content that turned out to be gone).
     async fn remove_snapshot(&self, s: &crate::SnapshotRecord) -> Result<(), StoreError>;
 }
@@ -123,6 +126,8 @@ pub(crate) const REGISTERED: &str = "SELECT sha256 FROM snapshot_contents";
 pub(crate) const REVIVE: &str = "
 UPDATE snapshot_contents SET state = 'live', generation = generation + 1, marked_ns = NULL
 WHERE state = 'deleting' AND marked_ns < $1";
+pub(crate) const UNSIZED_JOBS: &str = "
+SELECT job_id FROM jobs WHERE index_bytes = 0 AND lines > 0 AND job_id > $1 ORDER BY job_id LIMIT $2";
 pub(crate) const REMOVE_SNAPSHOT: &str = "DELETE FROM snapshots WHERE job_id = $1 AND sha256 = $2 AND rank_key = $3 AND name = $4";
 
 /// Implements [`StorageStore`] for a store type with a `pool: sqlx::Pool<_>` field.
@@ -260,6 +265,16 @@ macro_rules! impl_storage_store {
                     .await
                     .map_err(|e| $crate::StoreError::query("revive abandoned snapshot deletions", "", e))?;
                 Ok(done.rows_affected())
+            }
+
+            async fn unsized_jobs(&self, after: &str, limit: u32) -> Result<Vec<coroner_model::JobId>, $crate::StoreError> {
+                let rows = sqlx::query($crate::storage::UNSIZED_JOBS)
+                    .bind(after)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| $crate::StoreError::query("list jobs without an index size", "", e))?;
+                rows.iter().map($crate::rows::job_id).collect()
             }
 
             async fn remove_snapshot(&self, s: &$crate::SnapshotRecord) -> Result<(), $crate::StoreError> {

@@ -64,6 +64,11 @@ impl Jobs {
         }
     }
 
+    /// Where a job's index lives.
+    pub fn index_dir(&self, job: &JobId) -> std::path::PathBuf {
+        self.shared.index_dir(job)
+    }
+
     /// The lease under which a job open here is written.
     pub fn fence(&self, job: &JobId) -> Option<Arc<Fence>> {
         self.fences.lock().unwrap_or_else(|p| p.into_inner()).get(job).map(|(f, _)| f.clone())

@@ -74,6 +74,13 @@ pub fn spawn(deleter: Deleter, snapshots: Arc<SnapshotStore>, policy: Policy, sh
     });
     deleter.jobs.metrics.storage.max_bytes.store(policy.max_bytes, Relaxed);
     tokio::spawn(async move {
+        if policy.max_bytes > 0 {
+            match by_size::measure_unsized(&deleter).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(jobs = n, "measured the indexes of jobs written before their sizes were recorded"),
+                Err(e) => tracing::warn!(error = %e, "could not measure the indexes of older jobs; --retain-max-bytes counts them from their next commit"),
+            }
+        }
         let mut orphans_due = Instant::now();
         loop {
             sweep(&deleter, &policy, &mut orphans_due).await;

@@ -59,6 +59,16 @@ pub async fn storage_usage_counts_indexes_and_each_content_once(store: Store) ->
     store.add_snapshot(&reference(&b, "c1", 100)).await?;
     store.add_snapshot(&reference(&b, "c2", 30)).await?;
     assert_eq!(store.storage_usage().await?, StorageUsage { index_bytes: 1_700, snapshot_bytes: 130 });
+    // Jobs with lines and no size (from before the sizes were recorded), listed by id in pages.
+    let (c, d, empty) = (job("use-c"), job("use-d"), job("use-empty"));
+    for j in [&c, &d, &empty] {
+        store.touch_job(j, None, 30).await?;
+    }
+    store.add_lines_count(&c, 5).await?;
+    store.add_lines_count(&d, 5).await?;
+    store.add_lines_count(&a, 5).await?;
+    assert_eq!(store.unsized_jobs("", 1).await?, vec![c.clone()]);
+    assert_eq!(store.unsized_jobs(c.as_str(), 10).await?, vec![d], "a, sized, and the job without lines are not listed");
     Ok(())
 }
 

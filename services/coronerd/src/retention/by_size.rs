@@ -49,6 +49,26 @@ pub async fn sweep(deleter: &Deleter, max_bytes: u64) -> Result<usize, ServiceEr
     Ok(deleted)
 }
 
+/// Measures, once, the indexes of jobs written before their sizes were recorded (migration
+/// 0008 found them with 0 bytes), so that the bound counts them; returns how many.
+pub async fn measure_unsized(deleter: &Deleter) -> Result<usize, ServiceError> {
+    let jobs = &deleter.jobs;
+    let (mut after, mut measured) = (String::new(), 0);
+    loop {
+        let page = jobs.store.unsized_jobs(&after, BATCH).await?;
+        let Some(last) = page.last() else { return Ok(measured) };
+        after = last.as_str().to_string();
+        for job in page {
+            let dir = jobs.index_dir(&job);
+            let bytes = tokio::task::spawn_blocking(move || coroner_index::folder_bytes(&dir)).await?;
+            if bytes > 0 {
+                jobs.store.set_index_bytes(&job, bytes).await?;
+                measured += 1;
+            }
+        }
+    }
+}
+
 /// Reads what the store counts into the `coroner_storage_bytes` gauges.
 pub async fn record_usage(deleter: &Deleter) {
     match deleter.jobs.store.storage_usage().await {
