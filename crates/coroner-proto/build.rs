@@ -3,7 +3,7 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files = ["coroner/v1/ingest.proto", "coroner/v1/query.proto", "coroner/v1/live.proto"];
+    let files = ["coroner/v1/ingest.proto", "coroner/v1/query.proto", "coroner/v1/live.proto", "coroner/v1/admin.proto"];
     for f in &files {
         println!("cargo:rerun-if-changed={}", root.join(f).display());
     }

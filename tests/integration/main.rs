@@ -25,6 +25,8 @@ mod served;
 mod skewed_clocks;
 mod slurm;
 mod snapshots;
+
+mod storage;
 mod store_lost;
 mod takeover;
 mod tls;

@@ -303,10 +303,21 @@ impl JobIndex {
         Ok(())
     }
 
+    /// Bytes the index's files take on disk now: one listing of its folder (tantivy keeps it
+    /// flat), so a few hundred `stat`s at most; merges running in the background change it.
+    pub fn disk_bytes(&self) -> u64 {
+        folder_bytes(&self.dir)
+    }
+
     /// How many lines are committed.
     pub fn num_lines(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
+}
+
+/// The bytes of the files directly in `dir` (none when it cannot be read).
+pub fn folder_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
 }
 
 fn open_writer(index: &Index, dir: &Path) -> Result<IndexWriter, IndexError> {

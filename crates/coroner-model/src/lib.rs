@@ -17,6 +17,7 @@ mod line;
 mod live;
 mod process;
 mod report;
+mod size;
 mod time;
 
 pub use attempt::{AttemptOutcome, AttemptSummary};
@@ -34,4 +35,5 @@ pub use process::{signal_name, signal_number, ProcessEnd, ProcessEndCause};
 pub use report::{
     CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, GpuMemory, RankSummary, Report, SnapshotSummary, REPORT_FORMAT_VERSION,
 };
+pub use size::parse_size;
 pub use time::{format_rfc3339_ns, now_ns, parse_duration, Nanos};

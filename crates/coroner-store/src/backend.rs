@@ -163,6 +163,18 @@ macro_rules! impl_metastore {
             }
 
             async fn add_snapshot(&self, s: &$crate::SnapshotRecord) -> Result<bool, $crate::StoreError> {
+                let err = |e| $crate::StoreError::query("record the snapshot", s.job_id.as_str(), e);
+                let mut tx = self.pool.begin().await.map_err(err)?;
+                // The content first: its row's lock orders this reference against a sweep.
+                let registered = sqlx::query($crate::storage::REGISTER_CONTENT)
+                    .bind(&s.sha256)
+                    .bind($crate::rows::u64_to_db(s.stored_bytes))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(err)?;
+                if registered.rows_affected() == 0 {
+                    return Err($crate::StoreError::ContentBeingDeleted(s.sha256.clone()));
+                }
                 let done = sqlx::query($crate::sql::ADD_SNAPSHOT)
                     .bind(s.job_id.as_str())
                     .bind($crate::rows::rank_key(s.rank))
@@ -172,9 +184,10 @@ macro_rules! impl_metastore {
                     .bind(&s.sha256)
                     .bind(s.captured_ns)
                     .bind($crate::rows::u64_to_db(s.stored_bytes))
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
-                    .map_err(|e| $crate::StoreError::query("record the snapshot", s.job_id.as_str(), e))?;
+                    .map_err(err)?;
+                tx.commit().await.map_err(err)?;
                 Ok(done.rows_affected() > 0)
             }
 

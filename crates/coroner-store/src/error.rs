@@ -9,10 +9,14 @@ pub enum StoreError {
     OpenSqlite { location: String, source: sqlx::Error },
     #[error("cannot connect to PostgreSQL at {location}: {source} (check that the server runs, that it accepts this user and that the database exists)")]
     ConnectPostgres { location: String, source: sqlx::Error },
+    #[error("cannot open a TLS connection to PostgreSQL at {location}: {source} (the URL's sslmode asks for TLS: check that the server has `ssl = on`, and that sslrootcert=PATH names the CA that signed its certificate; see docs/KUBERNETES.md)")]
+    PostgresTls { location: String, source: sqlx::Error },
     #[error("cannot apply the schema migrations to {location}: {source} (was the database written by a newer coroner?)")]
     Migrate { location: String, source: sqlx::migrate::MigrateError },
     #[error("job {0} is not known to the store: record it with touch_job first")]
     UnknownJob(String),
+    #[error("snapshot content {0} is being deleted by a storage sweep: upload it again in a moment")]
+    ContentBeingDeleted(String),
     #[error("the database holds a value coroner cannot read: {0} (was it written by another version?)")]
     Corrupt(String),
     #[error("cannot {action}: {source}")]
@@ -38,10 +42,11 @@ impl StoreError {
     /// URL, a schema from a newer coroner, a value it cannot read, an unknown job, a bug in a query.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            StoreError::OpenSqlite { .. } | StoreError::ConnectPostgres { .. } => true,
+            StoreError::OpenSqlite { .. } | StoreError::ConnectPostgres { .. } | StoreError::ContentBeingDeleted(_) => true,
             StoreError::Query { source, .. } => transient(source),
             StoreError::Migrate { source: sqlx::migrate::MigrateError::Execute(source), .. } => transient(source),
-            StoreError::BadUrl(_) | StoreError::Migrate { .. } | StoreError::UnknownJob(_) | StoreError::Corrupt(_) => false,
+            // A certificate the server's TLS is refused for does not change by retrying.
+            StoreError::BadUrl(_) | StoreError::PostgresTls { .. } | StoreError::Migrate { .. } | StoreError::UnknownJob(_) | StoreError::Corrupt(_) => false,
         }
     }
 }

@@ -18,6 +18,7 @@ mod records;
 mod rows;
 mod sql;
 mod sqlite;
+mod storage;
 
 pub use error::StoreError;
 pub use incidents::{IncidentStore, SignatureFilter};
@@ -26,6 +27,7 @@ pub use notifications::{Delivery, DeliveryFilter, DeliveryState, DeliveryUpdate,
 pub use postgres::PostgresStore;
 pub use records::{JobFilter, JobPosition, JobRow, SessionRecord, SnapshotRecord};
 pub use sqlite::SqliteStore;
+pub use storage::{ContentRef, JobSize, StorageStore, StorageUsage, TallyRow};
 
 use async_trait::async_trait;
 use coroner_model::{ClockSample, JobId, ProcessEnd, Rank};
@@ -38,10 +40,11 @@ pub const VERDICT_RUNNING: &str = "running";
 ///
 /// Every operation that names a job other than [`Metastore::touch_job`] expects the job to
 /// have been touched first, and fails with [`StoreError::UnknownJob`] otherwise. The history of
-/// failures across jobs ([`IncidentStore`]), job ownership leases ([`LeaseStore`]) and the
-/// notification log ([`NotificationStore`]) come with every metastore.
+/// failures across jobs ([`IncidentStore`]), job ownership leases ([`LeaseStore`]), the
+/// notification log ([`NotificationStore`]) and the rows behind bounded storage
+/// ([`StorageStore`]) come with every metastore.
 #[async_trait]
-pub trait Metastore: IncidentStore + LeaseStore + NotificationStore + Send + Sync {
+pub trait Metastore: IncidentStore + LeaseStore + NotificationStore + StorageStore + Send + Sync {
     /// Records a job, or updates it: `last_seen_ns` and `world_size` only grow,
     /// `first_seen_ns` only shrinks.
     async fn touch_job(&self, job: &JobId, world_size: Option<u32>, now_ns: i64) -> Result<(), StoreError>;
@@ -63,8 +66,9 @@ pub trait Metastore: IncidentStore + LeaseStore + NotificationStore + Send + Syn
     async fn get_job(&self, job: &JobId) -> Result<Option<JobRow>, StoreError>;
     /// The jobs that pass the filter, most recently seen first.
     async fn list_jobs(&self, f: &JobFilter) -> Result<Vec<JobRow>, StoreError>;
-    /// Records a snapshot; `false` when one with the same (job, sha256, rank, name) exists
-    /// (then nothing changes).
+    /// Records a snapshot, a reference to its content (registered in the same transaction);
+    /// `false` when one with the same (job, sha256, rank, name) exists (then nothing changes).
+    /// [`StoreError::ContentBeingDeleted`] while a sweep deletes that content: upload it again later.
     async fn add_snapshot(&self, s: &SnapshotRecord) -> Result<bool, StoreError>;
     /// The job's snapshots by capture time.
     async fn snapshots(&self, job: &JobId) -> Result<Vec<SnapshotRecord>, StoreError>;

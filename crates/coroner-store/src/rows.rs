@@ -52,7 +52,7 @@ fn to_i32(col: &str, v: i64) -> Result<i32, StoreError> {
     i32::try_from(v).map_err(|_| StoreError::Corrupt(format!("column {col} holds {v}, not a 32-bit value")))
 }
 
-fn to_u64(col: &str, v: i64) -> Result<u64, StoreError> {
+pub(crate) fn to_u64(col: &str, v: i64) -> Result<u64, StoreError> {
     u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("column {col} holds the negative {v}")))
 }
 
@@ -60,7 +60,7 @@ fn opt_u32(row: &impl Get, col: &str) -> Result<Option<u32>, StoreError> {
     row.get_opt_i64(col)?.map(|v| to_u32(col, v)).transpose()
 }
 
-fn job_id(row: &impl Get) -> Result<JobId, StoreError> {
+pub(crate) fn job_id(row: &impl Get) -> Result<JobId, StoreError> {
     let s = row.get_string("job_id")?;
     JobId::parse(&s).map_err(|e| StoreError::Corrupt(format!("column job_id: {e}")))
 }

@@ -5,7 +5,9 @@ use crate::backend::impl_metastore;
 use crate::error::redact_url;
 use crate::incidents::impl_incident_store;
 use crate::leases::impl_lease_store;
+
 use crate::notifications::impl_notification_store;
+use crate::storage::impl_storage_store;
 use crate::StoreError;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
@@ -62,5 +64,6 @@ impl SqliteStore {
 
 impl_metastore!(SqliteStore);
 impl_incident_store!(SqliteStore);
+impl_storage_store!(SqliteStore);
 impl_lease_store!(SqliteStore, NOW_NS);
 impl_notification_store!(SqliteStore);

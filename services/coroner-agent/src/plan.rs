@@ -272,14 +272,8 @@ fn duration(v: &str, what: &str, notes: &mut Vec<String>) -> Option<Duration> {
     }
 }
 
-/// A size in bytes: a number, or one with a unit (`64MiB`, `1 GB`).
-pub fn parse_size(v: &str) -> Result<u64, String> {
-    let v = v.trim();
-    if let Ok(n) = v.parse::<u64>() {
-        return Ok(n);
-    }
-    v.parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| e.to_string())
-}
+/// A size in bytes: a number, or one with a unit (`64MiB`, `1 GB`); the one syntax of every flag.
+pub use coroner_model::parse_size;
 
 fn size(v: &str, what: &str, notes: &mut Vec<String>) -> Option<u64> {
     match parse_size(v) {

@@ -16,6 +16,7 @@ mod ingest;
 mod load;
 mod parse;
 mod report;
+mod scrape;
 mod search;
 mod synth;
 
@@ -54,6 +55,8 @@ enum Command {
     /// Simulated agents against a real coronerd that is killed and restarted mid-stream, with
     /// some agents' network cut; prints lines sent, indexed, duplicated and lost.
     Load(load::LoadArgs),
+    /// What one /metrics scrape costs with 10 and with 10,000 job rows (docs/PERFORMANCE.md).
+    Scrape(scrape::ScrapeArgs),
 }
 
 /// How much of everything one run does.
@@ -122,6 +125,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Load(args)) => return load::main(args),
+        Some(Command::Scrape(args)) => return scrape::main(args),
         Some(Command::Field { args }) => {
             let code = coroner_field::cli::main(&args).map_err(anyhow::Error::msg)?;
             std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });

@@ -2,6 +2,7 @@
 //! server runs; the other commands talk to a coronerd over gRPC.
 
 mod analyze;
+mod delete;
 mod fr;
 mod import;
 mod outcome;
@@ -93,6 +94,17 @@ enum Command {
         job: String,
         #[arg(long)]
         json: bool,
+    },
+    /// Delete a job from coronerd: its lines, report and snapshots (the write token). Asks first
+    /// unless --yes; exits 0 when deleted, 1 when not confirmed, 2 on an error.
+    Delete {
+        job: String,
+        /// Delete without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Delete it even while it is running (agents still shipping would create it again).
+        #[arg(long)]
+        force: bool,
     },
     /// List the jobs coronerd knows.
     Jobs {
@@ -231,6 +243,7 @@ fn main() -> ExitCode {
         }
         Command::Suspects { since, all, json } => runtime().and_then(|rt| rt.block_on(suspects::run(&server, since.as_deref(), all, json))),
         Command::Report { job, json } => runtime().and_then(|rt| rt.block_on(remote::report(&server, &job, json))),
+        Command::Delete { job, yes, force } => runtime().and_then(|rt| rt.block_on(delete::run(&server, &job, yes, force))),
         Command::Jobs { json } => runtime().and_then(|rt| rt.block_on(remote::jobs(&server, json))),
         Command::Search { job, query, rank, host, stream, kind, since, until, limit, cursor, context, follow, json } => {
             let args = search::SearchArgs { query, rank, host, stream, kind, since, until, limit, cursor, context, follow, json };

@@ -1,7 +1,8 @@
 //! Bearer tokens, one for writing and one for reading, per deployment.
 //!
-//! - gRPC: [`Guarded`] wraps a whole service. Ingest, Liveness (heartbeats) and OTLP logs need
-//!   the **write** token; Query needs the **read** token (the write token reads too). Health
+//! - gRPC: [`Guarded`] wraps a whole service. Ingest, Liveness (heartbeats), OTLP logs and Admin
+//!   (deleting jobs) need the **write** token; Query needs the **read** token (the write token
+//!   reads too). Health
 //!   checks stay open. The token arrives as `authorization: Bearer <token>` metadata. A query
 //!   proxied to the job's owner keeps the caller's headers, so the owner checks the same token.
 //! - HTTP: [`http_guard`] requires the write token on OTLP/HTTP's `POST /v1/logs` (from the

@@ -34,6 +34,15 @@ pub struct Config {
     /// `45s`; `0` keeps them forever. Failure signatures outlive their jobs (`coroner suspects`).
     #[arg(long, env = "CORONER_RETENTION", default_value = "0", value_parser = coroner_model::parse_duration)]
     pub retention: std::time::Duration,
+    /// Keep job indexes plus snapshots under this many bytes: `500GiB`, `2TB`, a number of bytes;
+    /// `0` sets no bound. Past it, whole jobs are deleted, the least recently seen finished job
+    /// first (never a running job, nor one another instance owns). --retention applies as well.
+    #[arg(long, env = "CORONER_RETAIN_MAX_BYTES", default_value = "0", value_parser = coroner_model::parse_size)]
+    pub retain_max_bytes: u64,
+    /// How often retention checks ages and sizes (`1m`, `30s`); --retention also sweeps every
+    /// quarter of itself when that is sooner.
+    #[arg(long, env = "CORONER_RETENTION_INTERVAL", default_value = "1m", value_parser = coroner_model::parse_duration)]
+    pub retention_interval: std::time::Duration,
     /// Suspect a hang when a rank is silent for this many of its median step times...
     #[arg(long, env = "CORONER_HANG_STEP_MULTIPLE", default_value_t = 10.0)]
     pub hang_step_multiple: f64,
@@ -146,6 +155,8 @@ impl Config {
             rules: None,
             snapshot_cap_bytes: 1 << 30,
             retention: std::time::Duration::ZERO,
+            retain_max_bytes: 0,
+            retention_interval: std::time::Duration::from_secs(60),
             hang_step_multiple: 10.0,
             hang_floor: std::time::Duration::from_secs(5),
             instance_id: None,

@@ -68,7 +68,9 @@ impl From<crate::ownership::LeaseError> for ServiceError {
 /// retry, and is told what failed); anything else from the store is a bug, INTERNAL.
 impl From<coroner_store::StoreError> for ServiceError {
     fn from(e: coroner_store::StoreError) -> Self {
-        if e.is_unavailable() {
+        if let coroner_store::StoreError::ContentBeingDeleted(_) = e {
+            ServiceError::Unavailable(e.to_string())
+        } else if e.is_unavailable() {
             tracing::warn!(error = %e, "metadata store unavailable");
             ServiceError::Unavailable(format!("the metadata store is unavailable, retry later: {e}"))
         } else {

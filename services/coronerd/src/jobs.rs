@@ -19,6 +19,17 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+/// What [`Jobs::remove`] deleted.
+#[derive(Debug)]
+pub struct Removed {
+    pub verdict: String,
+    pub lines: u64,
+    /// The bytes its index folder held.
+    pub index_bytes: u64,
+    /// The contents its snapshots named (collected after, if no other job names them).
+    pub snapshot_contents: Vec<String>,
+}
+
 pub struct Jobs {
     store: Arc<dyn Metastore>,
     rules: Arc<RuleSet>,
@@ -55,6 +66,11 @@ impl Jobs {
         }
     }
 
+    /// Where a job's index lives.
+    pub fn index_dir(&self, job: &JobId) -> std::path::PathBuf {
+        self.shared.index_dir(job)
+    }
+
     /// The lease under which a job open here is written.
     pub fn fence(&self, job: &JobId) -> Option<Arc<Fence>> {
         self.fences.lock().unwrap_or_else(|p| p.into_inner()).get(job).map(|(f, _)| f.clone())
@@ -68,7 +84,7 @@ impl Jobs {
             return Ok(j.clone());
         }
         if !create && self.store.get_job(job).await?.is_none() {
-            return Err(ServiceError::NotFound(format!("no job {job:?} on this server (list them with `coroner jobs`)")));
+            return Err(ServiceError::NotFound(format!("no job {:?} on this server (list them with `coroner jobs`)", job.as_str())));
         }
         let fence = match ownership::claim(&self.store, &self.me, job).await? {
             Claim::Mine(f) => f,
@@ -154,6 +170,23 @@ impl Jobs {
         Ok(self.store.deliveries(f).await?)
     }
 
+    /// The metadata store, for the storage services that delete and collect (`deletion.rs`,
+    /// `retention/`, `snapshots/gc.rs`, a snapshot upload's reference); the adapters use the
+    /// narrow methods above.
+    pub(crate) fn store(&self) -> &Arc<dyn Metastore> {
+        &self.store
+    }
+
+    /// The server's metrics, for the same storage services.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// How many jobs the store holds, per verdict and failure class (`/metrics`).
+    pub async fn tally(&self) -> Result<Vec<coroner_store::TallyRow>, ServiceError> {
+        Ok(self.store.job_tally().await?)
+    }
+
     /// The rules every report is analysed with.
     pub fn rules(&self) -> Arc<RuleSet> {
         self.rules.clone()
@@ -162,21 +195,6 @@ impl Jobs {
     /// Cancelled when the server stops: streams that would outlive it end on it.
     pub fn stopping(&self) -> CancellationToken {
         self.stopping.clone()
-    }
-
-    /// Deletes the jobs last heard from before `cutoff` from the store and closes them here
-    /// (their failure signatures are kept); returns how many.
-    pub async fn expire(&self, cutoff: Nanos) -> Result<usize, ServiceError> {
-        let gone = self.store.expire_jobs(cutoff).await?;
-        for id in &gone {
-            self.forget(id).await?;
-        }
-        Ok(gone.len())
-    }
-
-    /// The snapshot contents some job still names.
-    pub async fn named_snapshot_contents(&self) -> Result<Vec<String>, ServiceError> {
-        Ok(self.store.snapshot_contents().await?)
     }
 
     /// Refuses a job id the store does not hold yet once it holds `--max-jobs` (retention makes
@@ -188,7 +206,7 @@ impl Jobs {
         }
         let count = match *known {
             Some(n) => n,
-            None => self.store.list_jobs(&Default::default()).await?.len() as u64,
+            None => self.store.job_tally().await?.iter().map(|t| t.jobs).sum(),
         };
         if count >= self.limits.max_jobs {
             *known = Some(count);
@@ -201,23 +219,68 @@ impl Jobs {
         Ok(())
     }
 
-    /// Closes a job the store no longer holds (deleted by retention) and deletes its index.
-    async fn forget(&self, job: &JobId) -> Result<(), ServiceError> {
+    /// Deletes a job's rows (report, sessions, snapshot references) and its index, under this
+    /// instance's lease so that no other instance opens it meanwhile. Refuses a running job
+    /// unless `force`; a job another live instance owns answers [`ServiceError::Elsewhere`].
+    /// Callers go through `crate::deletion`, which also collects the job's snapshot contents.
+    pub async fn remove(&self, job: &JobId, force: bool) -> Result<Removed, ServiceError> {
+        let row = self
+            .store
+            .get_job(job)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("no job {:?} on this server (list them with `coroner jobs`)", job.as_str())))?;
+        if row.verdict == coroner_store::VERDICT_RUNNING && !force {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "job {job} is running (no report has ended it): wait until it ends, or delete it anyway with --force (agents still shipping would create it again)"
+            )));
+        }
+        let borrowed = match self.fence(job) {
+            Some(_) => None,
+            None => match ownership::claim(&self.store, &self.me, job).await? {
+                Claim::Mine(f) => Some(f),
+                Claim::Elsewhere(owner) => return Err(ServiceError::Elsewhere(owner)),
+            },
+        };
+        let named = self.store.snapshots(job).await?.into_iter().map(|s| s.sha256).collect();
+        let deleted = self.store.delete_job(job).await;
+        let index_bytes = match &deleted {
+            Ok(_) => self.forget(job).await,
+            Err(_) => Ok(0),
+        };
+        if let Some(fence) = borrowed {
+            ownership::release(&self.store, &self.me, job, &fence).await;
+        }
+        deleted?;
+        Ok(Removed { verdict: row.verdict, lines: row.lines, index_bytes: index_bytes?, snapshot_contents: named })
+    }
+
+    /// Closes a job the store no longer holds (deleted) and deletes its index; returns the bytes
+    /// its index folder held.
+    pub async fn forget(&self, job: &JobId) -> Result<u64, ServiceError> {
         if let Some(n) = self.known_jobs.lock().await.as_mut() {
             *n = n.saturating_sub(1);
         }
-        self.open.lock().await.remove(job);
+        let was_open = self.open.lock().await.remove(job);
         let lease = self.fences.lock().unwrap_or_else(|p| p.into_inner()).remove(job);
         if let Some((fence, stop)) = lease {
             stop.cancel();
             ownership::release(&self.store, &self.me, job, &fence).await;
         }
-        let dir = self.shared.job_dir(job);
-        tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(ServiceError::Internal(format!("delete the index of an expired job at {}: {e}", dir.display())))
+        let (dir, index_dir) = (self.shared.job_dir(job), self.shared.index_dir(job));
+        tokio::task::spawn_blocking(move || {
+            // Its writer's threads stop before the folder goes.
+            if let Some(open) = was_open {
+                if let Err(e) = open.index().close_writer() {
+                    tracing::warn!(error = %e, "closing the deleted job's index writer failed; deleting its folder anyway");
+                }
             }
-            _ => Ok(()),
+            let bytes = coroner_index::folder_bytes(&index_dir);
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(ServiceError::Internal(format!("delete the index of a deleted job at {}: {e}", dir.display())))
+                }
+                _ => Ok(bytes),
+            }
         })
         .await?
     }

@@ -7,6 +7,7 @@
 mod alert_metrics;
 pub mod auth;
 pub mod config;
+mod deletion;
 pub mod error;
 mod grpc;
 mod http;
@@ -30,7 +31,7 @@ mod views;
 mod writers;
 
 use anyhow::Context;
-use grpc::{ingest, liveness, query};
+use grpc::{admin, ingest, liveness, query};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -95,12 +96,13 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
     let me = config.instance(bound.grpc, bound.http);
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");
+
     let metrics = Arc::new(metrics::Metrics::default());
     // The notifier outlives the front: it stops after the last commits, so their reports' events are claimed.
     let notify_stop = CancellationToken::new();
     let (notifier, notifying) = notify::start(notify, store.clone(), metrics.clone(), me.claimant.http_address.clone(), notify_stop.clone());
     let parts = Parts::new(&config, store, rules, me, metrics, notifier, &shutdown)?;
-    retention::spawn(parts.jobs.clone(), parts.snapshots.clone(), config.retention, shutdown.clone());
+    retention::spawn(parts.deleter.clone(), parts.snapshots.clone(), retention::Policy::from_config(&config), shutdown.clone());
     // Queries and heartbeats about a job another instance owns go to the owner.
     let peers = proxy::Peers::new(peer_auth);
     let grpc = grpc_server(&parts, peers, grpc_tls, tokens.clone(), grpc_listener, shutdown.clone()).await?;
@@ -149,8 +151,11 @@ struct Parts {
     searches: Arc<searches::Searches>,
     budget: Arc<ingest::IngestBudget>,
     limits: Arc<limits::LimitsConfig>,
+
     /// OTLP logs, over gRPC and HTTP alike.
     otlp: Arc<otlp::OtlpReceiver>,
+    /// Deletes jobs (`coroner delete`, retention by size) and the contents only they named.
+    deleter: deletion::Deleter,
 }
 
 impl Parts {
@@ -186,8 +191,10 @@ impl Parts {
                 .with_shares(config.limits.ingest_stream_share, config.limits.ingest_job_share),
         );
         let searches = searches::Searches::new(&config.limits, metrics.clone(), shutdown.clone());
+        let contents = snapshots::gc::Contents { store: jobs.store().clone(), snapshots: snapshots.clone(), metrics: metrics.clone() };
+        let deleter = deletion::Deleter { jobs: jobs.clone(), contents };
         let otlp = Arc::new(otlp::OtlpReceiver::new(jobs.clone(), metrics.clone(), limits.max_string_bytes));
-        Ok(Parts { jobs, metrics, snapshots, searches, budget, limits, otlp })
+        Ok(Parts { jobs, metrics, snapshots, searches, budget, limits, otlp, deleter })
     }
 }
 
@@ -197,8 +204,8 @@ fn live_config(config: &Config) -> coroner_analysis::live::LiveConfig {
     coroner_analysis::live::LiveConfig { step_multiple: config.hang_step_multiple, floor_ns, ..Default::default() }
 }
 
-/// The gRPC server: Ingest, Query, Liveness and OTLP logs behind their tokens (queries and
-/// heartbeats about a job another instance owns go to the owner), health and reflection.
+/// The gRPC server: Ingest, Query, Liveness, Admin and OTLP logs behind their tokens (queries,
+/// heartbeats and deletions of a job another instance owns go to the owner), health and reflection.
 async fn grpc_server(
     parts: &Parts,
     peers: proxy::Peers,
@@ -210,7 +217,9 @@ async fn grpc_server(
     let ingest = ingest::IngestService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.metrics.clone(), parts.budget.clone(), parts.limits.clone());
     let query = query::QueryService::new(parts.jobs.clone(), parts.snapshots.clone(), parts.searches.clone());
     let liveness = liveness::LivenessService::new(parts.jobs.clone());
+
     let otlp = grpc::otlp::OtlpLogs::new(parts.otlp.clone());
+    let admin = admin::AdminService::new(parts.deleter.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<coroner_proto::v1::ingest_server::IngestServer<ingest::IngestService>>().await;
     health_reporter.set_serving::<coroner_proto::v1::query_server::QueryServer<query::QueryService>>().await;
@@ -224,7 +233,8 @@ async fn grpc_server(
     }
     let ingest = ingest::Prepaid::new(coroner_proto::v1::ingest_server::IngestServer::new(ingest).max_decoding_message_size(64 << 20), parts.budget.clone());
     let query = proxy::OwnerProxy::new(coroner_proto::v1::query_server::QueryServer::new(query), peers.clone());
-    let liveness = proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers);
+    let liveness = proxy::OwnerProxy::new(coroner_proto::v1::liveness_server::LivenessServer::new(liveness), peers.clone());
+    let admin = proxy::OwnerProxy::new(coroner_proto::v1::admin_server::AdminServer::new(admin), peers);
     let otlp = grpc::otlp::LogsServiceServer::new(otlp).max_decoding_message_size(64 << 20);
     Ok(builder
         .add_service(health_service)
@@ -232,6 +242,7 @@ async fn grpc_server(
         .add_service(auth::Guarded::new(ingest, tokens.clone(), auth::Need::Write))
         .add_service(auth::Guarded::new(query, tokens.clone(), auth::Need::Read))
         .add_service(auth::Guarded::new(liveness, tokens.clone(), auth::Need::Write))
+        .add_service(auth::Guarded::new(admin, tokens.clone(), auth::Need::Write))
         .add_service(auth::Guarded::new(otlp, tokens, auth::Need::Write))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async move { shutdown.cancelled().await }))
 }

@@ -68,11 +68,62 @@ pub struct Metrics {
     /// Searches running now, and jobs open now.
     pub searches_running: AtomicI64,
     pub jobs_open: AtomicI64,
+
     /// The metrics to alert on (`alert_metrics.rs`).
     pub alerting: crate::alert_metrics::AlertMetrics,
+    /// Bounded storage: see [`StorageMetrics`].
+    pub storage: StorageMetrics,
 }
 
-/// Jobs by verdict and failed jobs by fault class, read from the store when scraped.
+/// Bounded storage (`retention.rs`, `deletion.rs`, `snapshots/gc.rs`): updated when jobs and
+/// contents are deleted and at each retention sweep, never computed when scraped.
+#[derive(Default)]
+pub struct StorageMetrics {
+    /// Jobs deleted, by why (`crate::deletion::Why::ALL` order).
+    jobs_deleted: [AtomicU64; crate::deletion::Why::ALL.len()],
+    pub contents_deleted: AtomicU64,
+    /// Bytes of indexes and of snapshot contents, as the last sweep read them from the store.
+    pub index_bytes: AtomicU64,
+    pub snapshot_bytes: AtomicU64,
+    /// `--retain-max-bytes` (0: no bound).
+    pub max_bytes: AtomicU64,
+}
+
+impl StorageMetrics {
+    pub fn job_deleted(&self, why: crate::deletion::Why) {
+        if let Some(i) = crate::deletion::Why::ALL.iter().position(|w| *w == why) {
+            self.jobs_deleted[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn jobs_deleted(&self, why: crate::deletion::Why) -> u64 {
+        crate::deletion::Why::ALL.iter().position(|w| *w == why).map_or(0, |i| self.jobs_deleted[i].load(Relaxed))
+    }
+
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP coroner_jobs_deleted_total Jobs deleted, by why (age: --retention, size: --retain-max-bytes, request: coroner delete).\n# TYPE coroner_jobs_deleted_total counter");
+        for (why, n) in crate::deletion::Why::ALL.iter().zip(&self.jobs_deleted) {
+            let _ = writeln!(out, "coroner_jobs_deleted_total{{reason=\"{}\"}} {}", why.name(), n.load(Relaxed));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP coroner_snapshot_contents_deleted_total Snapshot contents deleted once no job named them.\n# TYPE coroner_snapshot_contents_deleted_total counter\ncoroner_snapshot_contents_deleted_total {}",
+            self.contents_deleted.load(Relaxed)
+        );
+        let _ =
+            writeln!(out, "# HELP coroner_storage_bytes Bytes on disk as the last retention sweep counted them, by kind.\n# TYPE coroner_storage_bytes gauge");
+        let _ = writeln!(out, "coroner_storage_bytes{{kind=\"index\"}} {}", self.index_bytes.load(Relaxed));
+        let _ = writeln!(out, "coroner_storage_bytes{{kind=\"snapshots\"}} {}", self.snapshot_bytes.load(Relaxed));
+        let _ = writeln!(
+            out,
+            "# HELP coroner_storage_max_bytes The bound on indexes plus snapshots (--retain-max-bytes; 0: none).\n# TYPE coroner_storage_max_bytes gauge\ncoroner_storage_max_bytes {}",
+            self.max_bytes.load(Relaxed)
+        );
+    }
+}
+
+/// Jobs by verdict and failed jobs by fault class, from the store's job tally (kept by triggers
+/// as jobs change: a handful of rows whatever the number of jobs).
 #[derive(Default)]
 pub struct JobCounts {
     pub by_verdict: BTreeMap<String, u64>,
@@ -81,6 +132,20 @@ pub struct JobCounts {
 
 fn label(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', " ")
+}
+
+impl JobCounts {
+    /// The counts from the store's tally rows.
+    pub fn from_tally(rows: &[coroner_store::TallyRow]) -> JobCounts {
+        let mut counts = JobCounts::default();
+        for r in rows {
+            *counts.by_verdict.entry(r.verdict.clone()).or_default() += r.jobs;
+            if r.verdict == "failed" {
+                *counts.failed_by_class.entry(r.fault_class.clone().unwrap_or_else(|| "unknown".into())).or_default() += r.jobs;
+            }
+        }
+        counts
+    }
 }
 
 impl Metrics {
@@ -153,6 +218,7 @@ impl Metrics {
         }
         self.commit_latency.render(&mut out, "coroner_index_commit_duration_seconds", "Index commit latency (add, commit, reader reload).");
         self.report_latency.render(&mut out, "coroner_report_duration_seconds", "Time to compute a job's report.");
+        self.storage.render(&mut out);
         let _ = writeln!(out, "# HELP coroner_jobs Jobs the store holds, by verdict.\n# TYPE coroner_jobs gauge");
         for (v, n) in &jobs.by_verdict {
             let _ = writeln!(out, "coroner_jobs{{verdict=\"{}\"}} {n}", label(v));
@@ -179,5 +245,30 @@ mod tests {
         assert!(text.contains("coroner_index_commit_duration_seconds_bucket{le=\"0.001\"} 1"), "{text}");
         assert!(text.contains("coroner_index_commit_duration_seconds_bucket{le=\"0.05\"} 2"), "{text}");
         assert!(text.contains("coroner_index_commit_duration_seconds_count 2"), "{text}");
+    }
+
+    #[test]
+    fn job_counts_come_from_the_tally_and_failed_jobs_without_a_class_are_unknown() {
+        let row = |verdict: &str, class: Option<&str>, jobs| coroner_store::TallyRow { verdict: verdict.into(), fault_class: class.map(Into::into), jobs };
+        let counts = JobCounts::from_tally(&[row("failed", Some("nccl_error"), 3), row("failed", None, 1), row("succeeded", None, 7)]);
+        let text = Metrics::default().render(&counts);
+        for want in [
+            "coroner_jobs{verdict=\"failed\"} 4",
+            "coroner_jobs{verdict=\"succeeded\"} 7",
+            "coroner_jobs_failed{class=\"nccl_error\"} 3",
+            "coroner_jobs_failed{class=\"unknown\"} 1",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
+    }
+
+    #[test]
+    fn deletions_are_counted_by_why() {
+        let m = Metrics::default();
+        m.storage.job_deleted(crate::deletion::Why::Size);
+        m.storage.job_deleted(crate::deletion::Why::Size);
+        let text = m.render(&JobCounts::default());
+        assert!(text.contains("coroner_jobs_deleted_total{reason=\"size\"} 2"), "{text}");
+        assert!(text.contains("coroner_jobs_deleted_total{reason=\"request\"} 0"), "{text}");
     }
 }

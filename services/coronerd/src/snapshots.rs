@@ -13,13 +13,15 @@
 //!
 //! **Bounded** (`snapshots/disk.rs`): partial uploads against `--max-partial-mb` and expired
 //! after `--partial-ttl`; stored contents against `--max-snapshot-gb` (and a job's against
-//! `--max-job-snapshot-gb`); contents no job names any more are collected after retention.
+//! `--max-job-snapshot-gb`); contents no job names any more are deleted by reference
+//! (`snapshots/gc.rs`: reference rows in the store, a protocol safe against a concurrent upload).
 //!
 //! **Claim by hash:** a content already stored is filed under a job without its bytes only for
 //! the agent that uploaded it or a job that already holds it ([`SnapshotStore::uploaded_by`]);
 //! anyone else sends the bytes (which are not stored twice).
 
 pub mod disk;
+pub mod gc;
 
 use crate::error::ServiceError;
 use crate::limits::Limit;
@@ -283,9 +285,28 @@ impl SnapshotStore {
         disk::sweep_partials(&self.root, &self.disk, &busy)
     }
 
-    /// Deletes stored contents no job names any more (blocking); returns how many.
-    pub fn collect_garbage(&self, named: &HashSet<String>) -> usize {
-        disk::collect_garbage(&self.root, &self.disk, named)
+    /// Removes a stored content's file (blocking); its bytes on disk, `None` when it was not there.
+    /// Only the collector (`gc.rs`) calls this, after the store marked the content as being deleted.
+    pub fn remove_content(&self, sha256: &str) -> Result<Option<u64>, ServiceError> {
+        let Some(path) = self.path_of(sha256) else { return Ok(None) };
+        let len = match std::fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ServiceError::Internal(format!("read {}: {e}", path.display()))),
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                self.disk.free_stored(len);
+                Ok(Some(len))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ServiceError::Internal(format!("delete snapshot content {}: {e}", path.display()))),
+        }
+    }
+
+    /// Stored contents older than `grace` that `listed` lacks (blocking: lists the folders).
+    pub fn unlisted_contents(&self, listed: &HashSet<String>, grace: std::time::Duration) -> Vec<String> {
+        disk::unlisted_files(&self.root, listed, grace).into_iter().filter(|s| valid_sha(s)).collect()
     }
 
     /// How often the partial sweep runs: a quarter of the TTL, between a second and ten minutes.

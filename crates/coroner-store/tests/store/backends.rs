@@ -43,7 +43,20 @@ fn url_for_db(admin_url: &str, db: &str) -> Result<String> {
 pub async fn with_postgres<F, Fut>(name: &str, case: F) -> Result<()>
 where
     F: FnOnce(Arc<dyn Metastore>) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<()>> + Send,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    with_postgres_database(name, move |url| async move {
+        let store = connect(&url).await.context("connect to the test database")?;
+        case(store).await
+    })
+    .await
+}
+
+/// Runs `case` with the URL of a PostgreSQL database created for it and dropped after it.
+pub async fn with_postgres_database<F, Fut>(name: &str, case: F) -> Result<()>
+where
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<()>> + Send + 'static,
 {
     let admin_url = std::env::var("CORONER_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
     let mut admin = match PgConnection::connect(&admin_url).await {
@@ -61,11 +74,7 @@ where
     sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut admin).await.with_context(|| format!("create the test database {db}"))?;
     // Run the case in its own task so that a failed assertion still lets us drop the database.
     let url = url_for_db(&admin_url, &db)?;
-    let outcome = tokio::spawn(async move {
-        let store = connect(&url).await.context("connect to the test database")?;
-        case(store).await
-    })
-    .await;
+    let outcome = tokio::spawn(case(url)).await;
     sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&mut admin).await.with_context(|| format!("drop the test database {db}"))?;
     match outcome {
         Ok(result) => result,

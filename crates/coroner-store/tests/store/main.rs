@@ -9,8 +9,11 @@
 mod backends;
 mod incidents;
 mod leases;
+
 mod notifications;
+mod storage;
 mod suite;
+mod tls;
 
 use backends::{with_postgres, with_sqlite};
 
@@ -58,6 +61,14 @@ all_backends!(
     a_notification_is_claimed_once_with_a_delivery_per_sink,
     delivery_attempts_are_logged_and_filtered,
     concurrent_claims_of_one_event_grant_one,
+    deleting_a_job_takes_its_rows_and_references,
+    storage_usage_counts_indexes_and_each_content_once,
+    oldest_finished_jobs_come_first_and_running_ones_never,
+    the_job_tally_follows_creation_verdicts_and_deletion,
+    a_reference_filed_after_the_sweep_looked_wins,
+    a_reference_to_a_content_being_deleted_is_refused_until_it_is_gone,
+    sweeps_and_uploads_racing_never_both_win,
+    orphans_are_claimed_once_and_abandoned_deletions_revive,
 );
 
 mod single_backend {

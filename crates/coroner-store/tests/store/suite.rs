@@ -11,7 +11,9 @@ pub type Store = Arc<dyn Metastore>;
 
 pub use crate::incidents::*;
 pub use crate::leases::*;
+
 pub use crate::notifications::*;
+pub use crate::storage::*;
 
 fn job(s: &str) -> JobId {
     JobId::parse(s).expect("valid job id")

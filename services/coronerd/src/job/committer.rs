@@ -11,10 +11,14 @@
 //!   evidence of every report computed after the acknowledgement (readers never see a report
 //!   older than what was acknowledged to them).
 //!
+//! After commits, the index's size on disk is measured and recorded for retention by size
+//! (`index_size.rs`: once per second at most, and always after the last commit).
+//!
 //! Requests are answered in the order they were queued; an empty request is a barrier (its
 //! answer means every request queued before it is answered). Both stages end when the job's
 //! handle, the only sender, is dropped.
 
+use super::index_size::IndexSize;
 use super::positions::{self, Advance, Committed};
 use super::state::Evidence;
 use crate::error::ServiceError;
@@ -79,7 +83,19 @@ impl Committer {
     }
 
     async fn index_stage(self: Arc<Self>, mut rx: mpsc::Receiver<CommitRequest>, tx: mpsc::Sender<Group>) {
-        while let Some(first) = rx.recv().await {
+        let mut size = IndexSize::default();
+        loop {
+            let next = match size.due() {
+                None => rx.recv().await,
+                Some(at) => tokio::select! {
+                    r = rx.recv() => r,
+                    _ = tokio::time::sleep_until(at) => {
+                        size.measure(&self.id, &self.index, &self.store).await;
+                        continue;
+                    }
+                },
+            };
+            let Some(first) = next else { break };
             let requests = take_group(first, &mut rx);
             let started = Instant::now();
             let this = self.clone();
@@ -94,10 +110,14 @@ impl Committer {
             if group.outcome.is_ok() {
                 self.metrics.commits.fetch_add(1, Ordering::Relaxed);
                 self.metrics.commit_latency.observe(started.elapsed());
+                size.committed();
             }
             if tx.send(group).await.is_err() {
                 return;
             }
+        }
+        if size.due().is_some() {
+            size.measure(&self.id, &self.index, &self.store).await;
         }
     }
 

@@ -5,6 +5,7 @@
 //! - `positions.rs`: where each (rank, stream, lane) resumes, and the dedup rule;
 //! - `claims.rs`: which agents speak for which rank, and their lanes of sequence numbers;
 //! - `committer.rs`: the only writer of the index: group commit, then the evidence, then the acks;
+//! - `index_size.rs`: the index's bytes on disk, measured after commits and recorded in the store;
 //! - `reporter.rs`: the report, recomputed after changes on a copy of the evidence, and published;
 //! - `live_ticker.rs`: live hang suspicion while the job runs;
 //! - `recovery.rs`: opening a job again from its index and the store's rows;
@@ -16,6 +17,7 @@
 
 mod claims;
 mod committer;
+mod index_size;
 mod live_ticker;
 mod positions;
 mod records;

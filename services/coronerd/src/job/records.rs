@@ -26,9 +26,4 @@ impl Job {
     pub async fn snapshots(&self) -> Result<Vec<SnapshotRecord>, ServiceError> {
         Ok(self.store.snapshots(&self.id).await?)
     }
-
-    /// Files a snapshot under this job; answers whether the job did not have it yet.
-    pub async fn add_snapshot(&self, record: &SnapshotRecord) -> Result<bool, ServiceError> {
-        Ok(self.store.add_snapshot(record).await?)
-    }
 }

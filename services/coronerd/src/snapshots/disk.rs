@@ -5,8 +5,9 @@
 //!   `--partial-ttl` is deleted by [`sweep_partials`] (its agent had that long to resume).
 //! - **Stored contents** (`<sha[0..2]>/<sha256>`): counted in all against `--max-snapshot-gb`;
 //!   a job's own against `--max-job-snapshot-gb` (from its rows, in `grpc/ingest/snapshot_upload.rs`).
-//!   [`collect_garbage`] deletes contents no job's snapshot names any more (retention deleted the
-//!   jobs), sparing recent ones (an upload finishes before it is filed).
+//!   Contents no job names any more are deleted by reference (`snapshots/gc.rs`);
+//!   [`unlisted_files`] finds the files no row stands for, sparing recent ones (an upload
+//!   stores its file before it files it).
 //!
 //! The counters start from a scan of the folders when the server starts and move with every
 //! write, rename and delete made here.
@@ -16,8 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
 
-/// A content younger than this is never collected: it may be stored and not filed yet.
-const GARBAGE_GRACE: Duration = Duration::from_secs(3600);
+/// A file younger than this without a row is never taken for an orphan: its upload may be
+/// filing it right now.
+pub const GRACE: Duration = Duration::from_secs(3600);
 
 /// The quotas and what counts against them.
 #[derive(Debug)]
@@ -135,24 +137,21 @@ pub fn sweep_partials(root: &Path, disk: &Disk, busy: &HashSet<String>) -> usize
     gone
 }
 
-/// Deletes stored contents that `named` (every content a job's snapshot names) lacks and that
-/// are older than an hour; returns how many.
-pub fn collect_garbage(root: &Path, disk: &Disk, named: &HashSet<String>) -> usize {
-    let mut gone = 0;
+/// The stored contents older than `grace` that `listed` (every content the store has a row for)
+/// lacks: files an upload stored and never filed (it died in between). Blocking: a listing of
+/// the content folders, which only the orphan sweep (`gc.rs`) makes, at most once an hour.
+pub fn unlisted_files(root: &Path, listed: &HashSet<String>, grace: Duration) -> Vec<String> {
+    let mut found = Vec::new();
     for dir in content_dirs(root) {
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Ok(meta) = entry.metadata() else { continue };
-            if named.contains(&name) || !meta.is_file() || !older_than(&meta, GARBAGE_GRACE) {
-                continue;
-            }
-            if std::fs::remove_file(entry.path()).is_ok() {
-                disk.free_stored(meta.len());
-                gone += 1;
+            if meta.is_file() && !listed.contains(&name) && older_than(&meta, grace) {
+                found.push(name);
             }
         }
     }
-    gone
+    found
 }
 
 #[cfg(test)]
@@ -196,24 +195,18 @@ mod tests {
     }
 
     #[test]
-    fn rule_garbage_is_what_no_job_names_and_is_not_recent() {
+    fn rule_unlisted_files_are_those_no_row_stands_for_and_not_recent() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sub = dir.path().join("ab");
         std::fs::create_dir_all(&sub).expect("mkdir");
         std::fs::write(sub.join("abnamed"), [0u8; 5]).expect("write");
         std::fs::write(sub.join("abfresh"), [0u8; 5]).expect("write");
-        let disk = Disk::scan(dir.path(), quotas(100, Duration::ZERO));
-        assert_eq!(disk.stored_bytes.load(Relaxed), 10);
-        // Both are younger than the grace period: nothing goes.
-        assert_eq!(collect_garbage(dir.path(), &disk, &HashSet::new()), 0);
-        // Two hours later: the one no job names goes, the named one stays.
+        let listed: HashSet<String> = ["abnamed".to_string()].into();
+        assert!(unlisted_files(dir.path(), &listed, GRACE).is_empty(), "both are younger than the grace period");
         let past = SystemTime::now() - Duration::from_secs(7200);
         for name in ["abnamed", "abfresh"] {
             std::fs::File::options().write(true).open(sub.join(name)).and_then(|f| f.set_modified(past)).expect("age the file");
         }
-        let named: HashSet<String> = ["abnamed".to_string()].into();
-        assert_eq!(collect_garbage(dir.path(), &disk, &named), 1);
-        assert!(sub.join("abnamed").exists() && !sub.join("abfresh").exists());
-        assert_eq!(disk.stored_bytes.load(Relaxed), 5);
+        assert_eq!(unlisted_files(dir.path(), &listed, GRACE), ["abfresh"]);
     }
 }

@@ -6,7 +6,8 @@
 //! Filing by hash, without the bytes, is allowed only to the agent that uploaded the content or
 //! for a job that already holds it: anyone else could otherwise file another job's snapshot under
 //! their own by naming its sha256 (and pick the reader by the kind they name). The size recorded
-//! is the stored file's, never the header's claim.
+//! is the stored file's, never the header's claim. The row is a reference to the content, filed
+//! through `snapshots/gc.rs` so that a storage sweep deleting the same content never wins over it.
 
 use super::sessions::Session;
 use super::IngestService;
@@ -31,7 +32,8 @@ impl IngestService {
             captured_ns: header.captured_ns,
             stored_bytes,
         };
-        let fresh = session.job.add_snapshot(&record).await?;
+        let contents = crate::snapshots::gc::Contents { store: self.jobs.store().clone(), snapshots: self.snapshots.clone(), metrics: self.metrics.clone() };
+        let fresh = contents.file_reference(&record).await?;
         if !fresh {
             return Ok(false);
         }
