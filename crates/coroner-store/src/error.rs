@@ -55,6 +55,9 @@ impl StoreError {
 fn transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => true,
+        // The conversation with the server broke off, e.g. a reconnect whose TLS request
+        // (`sslmode=prefer`, the default) met a closed socket: a fresh connection may succeed.
+        sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(d) => {
             if let Some(pg) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
                 postgres_transient(pg.code())
