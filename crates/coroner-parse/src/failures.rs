@@ -101,6 +101,11 @@ const PHRASES: &[(&str, Act)] = &[
     ("Nan in summary histogram", Act::Error),
     ("invalid value (nan) encountered", Act::Error),
     ("killed due to memory pressure", Act::Error),
+    // Rust's allocator giving up (tokenizers, safetensors inside a Python worker): the process
+    // aborts because host memory ran out.
+    ("memory allocation of ", Act::Error),
+    // TensorFlow's TPU session hooks: a worker stopped answering heartbeats (preempted, crashed).
+    ("lame workers found", Act::Error),
     ("exceeds the memory usage threshold", Act::Error),
     ("Ray killed this worker", Act::Error),
     ("received at time=", Act::Error),

@@ -13,6 +13,7 @@
 //! rank its prefix names (the agent and the pipeline), and [`severity()`] says whether a line is an
 //! error or a warning (the agent's queue keeps those first; the index stores it).
 
+pub mod barrier;
 mod block;
 pub mod c10d;
 pub mod coordination;

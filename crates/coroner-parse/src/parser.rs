@@ -78,6 +78,9 @@ pub struct RankParser {
     last_collectives: Vec<(u32, std::collections::VecDeque<Event>)>,
     /// The exception type of a notebook's JSON-rendered error, until its message line comes.
     json_error: Option<String>,
+    /// A rank's first `Waiting in store based barrier` line, reported at the end unless the
+    /// barrier completes: a start-up that never got all its ranks.
+    store_barrier: Option<Event>,
 }
 
 impl RankParser {
@@ -99,6 +102,7 @@ impl RankParser {
             nccl_chain: false,
             last_collectives: Vec::new(),
             json_error: None,
+            store_barrier: None,
         }
     }
 
@@ -198,6 +202,7 @@ impl RankParser {
 
     /// End of input: flush any open multi-line block.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
+        out.extend(self.store_barrier.take());
         for (_, last) in std::mem::take(&mut self.last_collectives) {
             out.extend(last);
         }
@@ -226,7 +231,23 @@ impl RankParser {
         let mut ks = std::mem::take(&mut self.scratch);
         ks.clear();
         let nccl_line = nccl::split(t);
+        // A barrier line says who arrived and who did not; it is not an error of this rank's own.
+        let mut barrier = false;
         if nccl_line.is_none() {
+            match crate::barrier::read(t) {
+                Some(crate::barrier::Barrier::Stall(k)) => {
+                    ks.push(k);
+                    barrier = true;
+                }
+                Some(crate::barrier::Barrier::Waiting(k)) => {
+                    if self.store_barrier.is_none() {
+                        self.store_barrier = Some(ctx.origin().event(k, clip(t, MAX_TEXT).to_string()));
+                    }
+                    barrier = true;
+                }
+                Some(crate::barrier::Barrier::Completed) => self.store_barrier = None,
+                None => {}
+            }
             self.numerics.observe(t, &mut ks);
             crate::horovod::stalls(t, &mut ks);
             self.horovod_ranks.observe(t, &mut ks);
@@ -253,7 +274,9 @@ impl RankParser {
         } else if let Some(b) = self.start_block(ctx, &mut ks) {
             self.blocks.push((channel, b));
         } else if let Some(g) = glog::parse(t) {
-            glog_line(&g, &mut ks);
+            if !barrier {
+                glog_line(&g, &mut ks);
+            }
         } else if let Some((level, msg)) = pylog::pylog(t) {
             if !launcher::classify_body(msg, &mut ks) {
                 match level {

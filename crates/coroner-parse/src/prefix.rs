@@ -101,6 +101,9 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if let Some(used) = task_runner_stamp(s) {
         return Some(used);
     }
+    if let Some(used) = ctime_before_tag(s) {
+        return Some(used);
+    }
     // RFC 3339 with a zone: `2025-04-06T07:55:21.108632509Z `.
     if s.len() > 21 && s[4] == b'-' && s[7] == b'-' && s[10] == b'T' && s[..4].iter().all(u8::is_ascii_digit) {
         let sp = s.iter().take(40).position(|b| *b == b' ')?;
@@ -197,6 +200,18 @@ fn task_runner_stamp(s: &[u8]) -> Option<usize> {
     Some(used)
 }
 
+/// `horovodrun --log-with-timestamp` puts a ctime stamp right before the rank tag:
+/// `Fri Sep 11 07:07:20 2020[0]<stderr>:` (weekday, month, day, time, year, no separator).
+fn ctime_before_tag(s: &[u8]) -> Option<usize> {
+    let head = s.get(..24)?;
+    let alpha = |r: std::ops::Range<usize>| head[r].iter().all(u8::is_ascii_alphabetic);
+    let digit = |r: std::ops::Range<usize>| head[r].iter().all(u8::is_ascii_digit);
+    let day_ok = (head[8] == b' ' || head[8].is_ascii_digit()) && head[9].is_ascii_digit();
+    let shape = alpha(0..3) && head[3] == b' ' && alpha(4..7) && head[7] == b' ' && day_ok && head[10] == b' ';
+    let time = digit(11..13) && head[13] == b':' && digit(14..16) && head[16] == b':' && digit(17..19) && head[19] == b' ' && digit(20..24);
+    (shape && time && s.get(24) == Some(&b'[')).then_some(24)
+}
+
 /// A Ray or vLLM actor's prefix: `(RayTrainWorker pid=43515) `, `(MeshHostWorker pid=10615,
 /// ip=10.32.10.64) `, `(VllmWorker rank=2 pid=825) `. Returns (pid, rank, bytes used).
 fn actor(s: &[u8]) -> Option<(u32, Option<u32>, usize)> {
@@ -240,6 +255,10 @@ fn bracket_prefix(s: &[u8]) -> Option<(BracketKind, u32, usize)> {
             }
         }
         return None;
+    }
+    // Horovod's own launcher (`horovodrun --gloo`, elastic): `[3]<stderr>:`, the rank alone.
+    if let Some(tag) = [&b"<stdout>:"[..], &b"<stderr>:"[..]].into_iter().find(|tag| s[close + 1..].starts_with(tag)) {
+        return Some((BracketKind::Mpi, parse_u32(inner)?, close + 1 + tag.len()));
     }
     if s.get(close + 1) != Some(&b':') {
         return None;
@@ -297,6 +316,14 @@ mod tests {
         assert_eq!((p.task_id, p.len), (Some(12), 4));
         let p = split_rank_prefix(b"[1,3]<stderr>:Traceback");
         assert_eq!((p.global_rank, p.len), (Some(3), 14));
+        // horovodrun's gloo launcher: the rank alone, optionally after a ctime stamp.
+        let p = split_rank_prefix(b"[12]<stdout>:Iter #1");
+        assert_eq!((p.global_rank, p.len), (Some(12), 13));
+        let line = b"Mon Mar  1 17:02:03 2021[2]<stderr>:bash: line 1: 41 Aborted  python train.py";
+        let p = split_rank_prefix(line);
+        assert_eq!(p.global_rank, Some(2));
+        assert!(p.rest(line).starts_with(b"bash: line 1:"));
+        assert_eq!(split_rank_prefix(b"[12]<not a tag>").len, 0);
         // A Python logging time is not a label.
         assert_eq!(split_rank_prefix(b"2026-11-30 08:58:51,398 INFO").len, 0);
         assert_eq!(split_rank_prefix(b"08:58:51 x").len, 0);
