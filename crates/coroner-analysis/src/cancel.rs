@@ -110,10 +110,13 @@ pub fn failed_before(evidence: &JobEvidence, rules: &RuleSet, job: &ClassifiedJo
     // before its scheduler's cancel line (`Detected 1 oom-kill event`, then `STEP ... CANCELLED`;
     // slurmstepd prints no time on the first) came first.
     if let Some(stop) = cancel.events.first() {
-        let earlier_in_same_log = evidence
-            .unowned
-            .iter()
-            .any(|e| e.rank == stop.rank && e.line.stream == stop.line.stream && e.line.seq < stop.line.seq && rules.classify(e).role == Role::Root);
+        // A task that exited with an error code of its own before the stop (`srun: error: n1:
+        // task 5: Exited with exit code 1`, then srun's `Terminating StepId` and the step's
+        // CANCELLED banner) failed first-hand: the stop was srun cleaning up after it.
+        let own_exit = |e: &Event| matches!(&e.kind, EventKind::LauncherWorkerFailed(f) if f.signal.is_none() && f.exit_code.is_some_and(|c| c > 0));
+        let earlier_in_same_log = evidence.unowned.iter().any(|e| {
+            e.rank == stop.rank && e.line.stream == stop.line.stream && e.line.seq < stop.line.seq && (rules.classify(e).role == Role::Root || own_exit(e))
+        });
         if earlier_in_same_log {
             return true;
         }

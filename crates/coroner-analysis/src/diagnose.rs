@@ -10,6 +10,16 @@ use crate::rules::RuleSet;
 use crate::{cancel, hang, hardware, launcher_stop, majority, mismatch, partial, stall};
 use coroner_model::{FaultClass, Nanos, Rank, Verdict};
 
+/// Among ends nothing dates, the order their launcher reported them in: a row it marks as the
+/// first observed failure (torchrun's root cause, Open MPI's `The first process to do so was`)
+/// first, then by the report's line (srun lists its tasks' ends as it sees them).
+fn report_order(f: &Finding<'_>) -> (bool, u64) {
+    match f.events.first().map(|e| (&e.kind, e.line.seq)) {
+        Some((coroner_model::EventKind::LauncherWorkerFailed(l), seq)) if f.undated => (!l.root_cause_row, seq),
+        _ => (true, u64::MAX),
+    }
+}
+
 /// Roots below this confidence count only when no stronger root exists anywhere in the job.
 const STRONG: f64 = 0.5;
 
@@ -23,7 +33,7 @@ pub fn diagnose<'a>(
 ) -> Diagnosis<'a> {
     let mut findings = root_findings(evidence, job, rules, clock);
     hardware::merge(evidence, rules, clock, &mut findings);
-    findings.sort_by_key(|f| (f.undated, f.aligned_ns, f.rank));
+    findings.sort_by_key(|f| (f.undated, f.aligned_ns, report_order(f), f.rank));
 
     let stop = cancel::find(evidence, job, clock);
     if let Some(c) = stop.as_ref().filter(|c| !cancel::failed_before(evidence, rules, job, clock, c)) {

@@ -132,8 +132,13 @@ fn first_failure(evidence: &JobEvidence, job: &ClassifiedJob<'_>, clock: &ClockM
 
 fn unexplained_failure(evidence: &JobEvidence) -> FirstFailure {
     let failed: Vec<Rank> = evidence.ends.iter().filter(|e| !e.succeeded()).map(|e| e.rank).collect();
+    // One process failed and none other did: it is the first, whatever it died of.
+    let only = match failed.as_slice() {
+        [r] => r.known(),
+        _ => None,
+    };
     FirstFailure {
-        rank: None,
+        rank: only,
         class: FaultClass::PythonException,
         time: None,
         host: None,
@@ -141,7 +146,7 @@ fn unexplained_failure(evidence: &JobEvidence) -> FirstFailure {
         summary: format!("ranks {} failed, but no line says why and the order is unknown", crate::hang::join(&failed)),
         rule: None,
         evidence: Vec::new(),
-        candidates: failed,
+        candidates: if only.is_some() { Vec::new() } else { failed },
     }
 }
 

@@ -178,6 +178,23 @@ fn strongest(t: &str) -> Option<Act> {
 pub fn reports_an_error(msg: &str) -> bool {
     (msg.contains("Error reported") || msg.contains("Error recorded") || msg.contains("rror:")) && has_failure_phrase(msg)
         || msg.contains("A worker died or was killed while executing")
+        || msg.contains("lame workers found")
+}
+
+/// bash's report of a child it lost to a signal, where `$?` would only say 134 or 139:
+/// `bash: line 1: 3523705 Aborted    HOROVOD_RANK=0 ... python train.py`,
+/// `./run.sh: line 12:  4242 Segmentation fault      (core dumped) python train.py`.
+fn job_report(t: &str) -> bool {
+    const DEATHS: [&str; 6] = ["Aborted", "Killed", "Segmentation fault", "Bus error", "Illegal instruction", "Floating point exception"];
+    let Some(at) = t.find("line ") else { return false };
+    let r = &t[at + 5..];
+    let n = r.bytes().take_while(u8::is_ascii_digit).count();
+    if n == 0 || !r[n..].starts_with(": ") {
+        return false;
+    }
+    let r = r[n + 2..].trim_start();
+    let pid = r.bytes().take_while(u8::is_ascii_digit).count();
+    pid > 0 && r[pid..].starts_with(' ') && DEATHS.iter().any(|d| r[pid..].trim_start().starts_with(d))
 }
 
 /// Whether a message holds a failure phrase (used to upgrade glog warnings such as Horovod's stall).
@@ -244,6 +261,10 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
         out.push(EventKind::ErrorLine { message: msg.to_string() });
         return true;
     }
+    if job_report(t) {
+        out.push(EventKind::ErrorLine { message: clip_chars(t.trim(), 512) });
+        return true;
+    }
     let (kernel_marker, act) = scan(t);
     if kernel_marker && crate::kernel::classify(t, out) {
         return true;
@@ -286,6 +307,11 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
     out.len() > before
 }
 
+/// At most `n` characters of `s` (a job report can carry a whole environment on its line).
+fn clip_chars(s: &str, n: usize) -> String {
+    s.char_indices().nth(n).map_or_else(|| s.to_string(), |(i, _)| s[..i].to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,6 +348,16 @@ mod tests {
         let mut out = Vec::new();
         bare(t, &mut out);
         out
+    }
+
+    #[test]
+    fn a_shells_report_of_a_child_lost_to_a_signal_is_an_error() {
+        assert!(job_report("bash: line 1: 3523705 Aborted                 HOROVOD_RANK=0 python train.py"));
+        assert!(job_report("./train.sh: line 27:  4242 Segmentation fault      (core dumped) python -u main.py"));
+        assert!(!job_report("bash: line 1: 17 Terminated              python serve.py"));
+        assert!(!job_report("see line 12: 3 Killed processes in the summary"));
+        assert!(matches!(kinds("bash: line 3: 991 Killed  python x.py").first(), Some(EventKind::ErrorLine { .. })));
+        assert!(reports_an_error("ShutdownHook: lame workers found: HeartbeatManager(/job:worker/replica:0/task:1/device:CPU:0)"));
     }
 
     #[test]

@@ -339,6 +339,45 @@ pub fn srun_task_ends(t: &str) -> Vec<EventKind> {
         .collect()
 }
 
+/// srun cleaning up after a task failed on its own: once a task exited with an error code (or
+/// died of a signal of its own) and srun then stopped the step (`srun: launch/slurm:
+/// _step_signal: Terminating StepId=...`, `srun: Job step aborted`, the step's CANCELLED banner),
+/// the tasks it then reports `Killed` or `Terminated` were killed by srun itself: signals a
+/// launcher sent, never a cause.
+#[derive(Debug, Default, Clone)]
+pub struct SrunCleanup {
+    bad_exit: bool,
+    stopping: bool,
+}
+
+impl SrunCleanup {
+    /// Reads one line and the task ends srun reported on it; returns them, the clean-up's kills
+    /// turned into [`EventKind::LauncherSignal`].
+    pub fn observe(&mut self, t: &str, ends: Vec<EventKind>) -> Vec<EventKind> {
+        let stops = t.contains("_step_signal: Terminating StepId")
+            || t.starts_with("srun: Job step aborted")
+            || t.starts_with("srun: forcing job termination")
+            || (t.starts_with("slurmstepd") && t.contains("*** STEP ") && t.contains("CANCELLED"));
+        if self.bad_exit && stops {
+            self.stopping = true;
+        }
+        ends.into_iter()
+            .map(|k| match k {
+                EventKind::LauncherWorkerFailed(f) if self.stopping && matches!(f.signal, Some(9 | 15)) => {
+                    EventKind::LauncherSignal { pid: f.pid, signal: if f.signal == Some(9) { "SIGKILL".into() } else { "SIGTERM".into() } }
+                }
+                EventKind::LauncherWorkerFailed(f) => {
+                    if f.exit_code.is_some_and(|c| c > 0) || f.signal.is_some_and(|s| s != 9 && s != 15) {
+                        self.bad_exit = true;
+                    }
+                    EventKind::LauncherWorkerFailed(f)
+                }
+                other => other,
+            })
+            .collect()
+    }
+}
+
 /// Slurm's own lines; `None` when the line is not one.
 pub fn slurm(t: &str) -> Option<EventKind> {
     let is_srun = t.starts_with("srun: error:")
@@ -612,6 +651,22 @@ mod tests {
         let ev = "1.7085078566441019e+09\tDEBUG\tevents\tPod: kubeflow.pytorch-simple-worker-0 exited with code 137\t{}";
         assert!(matches!(kubernetes(ev), Some(EventKind::SchedulerEnd { .. })));
         assert!(kubernetes("Pod: kubeflow.pytorch-simple-master-0 exited with code 0").is_none());
+    }
+
+    #[test]
+    fn srun_kills_after_a_tasks_own_exit_are_its_clean_up() {
+        let mut c = SrunCleanup::default();
+        let mut run = |t: &str| c.observe(t, srun_task_ends(t));
+        assert!(matches!(run("srun: error: n3: task 6: Exited with exit code 2").as_slice(), [EventKind::LauncherWorkerFailed(_)]));
+        assert!(run("srun: launch/slurm: _step_signal: Terminating StepId=77.0").is_empty());
+        let killed = run("srun: error: n4: tasks 0-1: Killed");
+        assert_eq!(killed.len(), 2);
+        assert!(killed.iter().all(|k| matches!(k, EventKind::LauncherSignal { signal, .. } if signal == "SIGKILL")));
+        // Without a task's own failure first, a step's kills stay the tasks' ends (a cancel, a limit).
+        let mut c = SrunCleanup::default();
+        assert!(c.observe("slurmstepd: error: *** STEP 9.0 ON n1 CANCELLED AT 2024-01-01T00:00:00 ***", Vec::new()).is_empty());
+        let t = "srun: error: n1: task 0: Killed";
+        assert!(matches!(c.observe(t, srun_task_ends(t)).as_slice(), [EventKind::LauncherWorkerFailed(_)]));
     }
 
     #[test]

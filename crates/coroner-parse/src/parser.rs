@@ -70,6 +70,7 @@ pub struct RankParser {
     numerics: crate::numerics::Numerics,
     first_to_exit: crate::launcher::FirstToExit,
     wrapped_report: crate::launcher::WrappedReport,
+    srun_cleanup: crate::launcher::SrunCleanup,
     horovod_ranks: crate::horovod::RankList,
     /// An NCCL error code was reported since the last WARN (one event per failing call chain).
     nccl_chain: bool,
@@ -98,6 +99,7 @@ impl RankParser {
             numerics: crate::numerics::Numerics::default(),
             first_to_exit: crate::launcher::FirstToExit::default(),
             wrapped_report: crate::launcher::WrappedReport::default(),
+            srun_cleanup: crate::launcher::SrunCleanup::default(),
             horovod_ranks: crate::horovod::RankList::default(),
             nccl_chain: false,
             last_collectives: Vec::new(),
@@ -170,7 +172,8 @@ impl RankParser {
         if let Some(k) = launcher::worker_end(ctx.text) {
             ends.push(k);
         }
-        ends.extend(launcher::srun_task_ends(ctx.text));
+        let srun = launcher::srun_task_ends(ctx.text);
+        ends.extend(self.srun_cleanup.observe(ctx.text, srun));
         if !ends.is_empty() {
             let origin = ctx.origin();
             out.extend(ends.into_iter().map(|k| origin.event(k, clip(ctx.text, MAX_TEXT).to_string())));

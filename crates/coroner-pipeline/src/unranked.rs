@@ -111,8 +111,12 @@ pub(crate) fn identify_by_launcher(evidence: &mut coroner_analysis::JobEvidence)
             let is_type = !ty.is_empty()
                 && ty.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
                 && (ty.ends_with("Error") || ty.ends_with("Exception"));
-            is_type && !launchers_words(message)
+            // Or the process's own signal handler (Open MPI's `[host:pid] Signal: Segmentation
+            // fault (11)`, UCX's `Caught signal 11`): a native crash reported by the worker itself.
+            let native = message.contains("Signal: ") && message.trim_end().ends_with(')') || message.contains("Caught signal ");
+            (is_type || native) && !launchers_words(message)
         }
+        EventKind::FatalSignal { .. } => true,
         _ => false,
     };
     let unknown: Vec<Rank> = evidence.ranks.iter().filter(|(r, ev)| r.is_unknown() && ev.events.iter().any(workers_own)).map(|(r, _)| *r).collect();
