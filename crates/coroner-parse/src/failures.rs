@@ -186,8 +186,9 @@ pub fn reports_an_error(msg: &str) -> bool {
 /// `./run.sh: line 12:  4242 Segmentation fault      (core dumped) python train.py`.
 fn job_report(t: &str) -> bool {
     const DEATHS: [&str; 6] = ["Aborted", "Killed", "Segmentation fault", "Bus error", "Illegal instruction", "Floating point exception"];
-    let Some(at) = t.find("line ") else { return false };
-    let r = &t[at + 5..];
+    // `<shell or script>: line N: PID Status  command`.
+    let Some(at) = t.find(": line ") else { return false };
+    let r = &t[at + 7..];
     let n = r.bytes().take_while(u8::is_ascii_digit).count();
     if n == 0 || !r[n..].starts_with(": ") {
         return false;
