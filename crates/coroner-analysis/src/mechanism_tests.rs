@@ -182,3 +182,55 @@ fn one_ranks_watchdog_alone_is_a_hang_whose_culprit_is_not_in_these_logs() {
     assert!(s.starts_with("the culprit is not in these logs: rank 3 waited on ALLREDUCE seq 80078 of PG 0"), "{s}");
     assert!(s.contains("logs of ranks 0, 1, 2, 4, 5, 6, 7 are missing"), "{s}");
 }
+
+/// srun's output (a log of no rank): task 2 exits with an error code of its own, srun stops the
+/// step, the step's CANCELLED banner and srun's kills of the other tasks follow (which the parser
+/// reads as signals srun sent). The stop is srun's clean-up, not a cancel from outside: task 2,
+/// undated, is the culprit.
+#[test]
+fn a_tasks_own_exit_before_the_step_is_cancelled_is_the_first_failure() {
+    let mut ev = job(4);
+    let unowned = |seq: u64, kind: EventKind, text: &str, printed: Option<i64>| Event {
+        rank: None,
+        line: LineRef { stream: Stream::File, seq },
+        capture_ns: T0 + 500 * S,
+        printed_ns: printed.map(|s| T0 + s * S),
+        kind,
+        text: text.into(),
+    };
+    let failed = |rank: u32, exit_code: Option<i32>, signal: Option<i32>| {
+        EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure {
+            global_rank: Some(Rank(rank)),
+            local_rank: None,
+            exit_code,
+            signal,
+            pid: None,
+            host: None,
+            root_cause_row: false,
+        })
+    };
+    ev.unowned.push(unowned(1, failed(2, Some(1), None), "srun: error: n1: task 2: Exited with exit code 1", None));
+    let banner = "slurmstepd: error: *** STEP 5.0 ON n1 CANCELLED AT 2026-01-01T00:00:00 ***";
+    ev.unowned.push(unowned(3, EventKind::SchedulerEnd { message: banner.into() }, banner, Some(300)));
+    for seq in 4..7 {
+        ev.unowned.push(unowned(seq, EventKind::LauncherSignal { pid: None, signal: "SIGKILL".into() }, "srun: error: n1: task 0: Killed", Some(300)));
+    }
+    for r in 0..4 {
+        ev.rank_mut(Rank(r)).lines = 0;
+    }
+    ev.ends.push(end(2, Some(1), None, None));
+    let (verdict, rank, _) = first(&run(ev));
+    assert_eq!((verdict, rank), (Verdict::Failed, Some(2)));
+}
+
+/// A single process that ended badly, whose only line is its launcher's report of that end
+/// (`ProcessExitedException: process 6 terminated with exit code 1`), is still the one that failed.
+#[test]
+fn a_lone_failed_rank_without_a_reason_is_named() {
+    let mut ev = job(8);
+    push(&mut ev, exception(6, 10, "torch.multiprocessing.spawn.ProcessExitedException", "process 6 terminated with exit code 1"));
+    ev.ends.push(end(6, Some(1), None, None));
+    let report = run(ev);
+    let f = report.first_failure.as_ref().expect("a first failure");
+    assert_eq!((report.verdict, f.rank.map(|r| r.0)), (Verdict::Failed, Some(6)));
+}

@@ -233,6 +233,31 @@ mod tests {
     }
 
     #[test]
+    fn tpu_tf_collective_check_and_host_memory_wordings_get_their_class() {
+        let rules = RuleSet::builtin();
+        let class = |kind: &str, message: &str| rules.classify_parts(kind, message).class();
+        // The TPU driver's own fatal error and its interrupt.
+        assert_eq!(
+            class("error_line", "[/dev/accel3 tpu77:pe0:3] !!!! FATAL ERROR !!!! for [/dev/accel3 tpu77:pe0:3] , fatal_error: true"),
+            Some(FaultClass::GpuHardware)
+        );
+        assert_eq!(class("error_line", "Received Error Interrupt! fatal: true, running_timer: 0x1"), Some(FaultClass::GpuHardware));
+        // TensorFlow collectives whose members disagree about the group or the sender.
+        let cm = Some(FaultClass::CollectiveMismatch);
+        assert_eq!(class("error_line", "Collective ops is aborted by: Device /job:worker/replica:0/task:1/device:GPU:0 is joining a group with size 4, but that group has size 2 (group_key=3)"), cm);
+        assert_eq!(class("error_line", "BaseCollectiveExecutor::StartAbort Internal: Instance 7 found no source for broadcast.  This could mean that there were group_size=4 BcastRecvs but no BcastSend."), cm);
+        // A glog CHECK aborts the process; an XLA RET_CHECK is a returned status, not a CHECK.
+        assert_eq!(class("error_line", "Check failed: s.ok() copy tensor to gpu sync"), Some(FaultClass::Segfault));
+        assert_ne!(class("error_line", "INTERNAL: RET_CHECK failure (xla/service/gpu/gpu_compiler.cc:618) dnn != nullptr"), Some(FaultClass::Segfault));
+        // Host memory: Rust's allocator giving up; a TPU worker that stopped answering.
+        assert_eq!(class("error_line", "memory allocation of 4194304 bytes failed"), Some(FaultClass::Killed));
+        assert_eq!(
+            class("error_line", "ShutdownHook: lame workers found: HeartbeatManager(/job:worker/replica:0/task:2/device:CPU:0)"),
+            Some(FaultClass::Killed)
+        );
+    }
+
+    #[test]
     fn process_ends_are_classified_by_signal() {
         let rules = RuleSet::builtin();
         let end = |signal: Option<i32>, exit_code: Option<i32>| ProcessEnd { rank: coroner_model::Rank(0), exit_code, signal, at_ns: None };
