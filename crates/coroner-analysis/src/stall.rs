@@ -31,10 +31,13 @@ pub fn find<'a>(job: &ClassifiedJob<'a>, world_size: Option<u32>) -> Option<Stal
         })
         .collect();
     let first = stalls.first()?.0;
+    // Who reported the stall: c10d's barriers (`coroner_parse::barrier`) or Horovod.
+    let source =
+        if stalls.iter().all(|s| s.1 == "monitoredBarrier" || s.1.starts_with("store_based_barrier")) { "c10d barrier" } else { "Horovod stall inspector" };
     let missing: BTreeSet<Rank> = stalls.iter().flat_map(|s| s.3.iter().copied()).collect();
     if !missing.is_empty() {
         let ops: BTreeSet<&str> = stalls.iter().filter(|s| !s.3.is_empty()).map(|s| s.1).collect();
-        return Some(stuck(missing.into_iter().collect(), ops.len(), first, 0.8));
+        return Some(stuck(missing.into_iter().collect(), ops.len(), first, 0.8, source));
     }
     let ready_sets: Vec<BTreeSet<Rank>> = {
         let mut v: Vec<BTreeSet<Rank>> = stalls.iter().map(|s| s.2.iter().copied().collect()).collect();
@@ -67,7 +70,7 @@ pub fn find<'a>(job: &ClassifiedJob<'a>, world_size: Option<u32>) -> Option<Stal
     let ready: BTreeSet<Rank> = ready_sets.iter().flatten().copied().collect();
     let absent: Vec<Rank> = world_size.map(|n| (0..n).map(Rank).filter(|r| !ready.contains(r)).collect()).unwrap_or_default();
     if !absent.is_empty() {
-        return Some(stuck(absent, stalls.len(), first, 0.6));
+        return Some(stuck(absent, stalls.len(), first, 0.6, source));
     }
     let ready: Vec<Rank> = ready.into_iter().collect();
     Some(StallFinding {
@@ -76,14 +79,14 @@ pub fn find<'a>(job: &ClassifiedJob<'a>, world_size: Option<u32>) -> Option<Stal
         class: FaultClass::Hang,
         confidence: 0.5,
         summary: format!(
-            "the culprit is not in these logs: Horovod's collectives stalled with only ranks {} ready; the ranks that never submitted them are the others (the world size is not in these logs)",
+            "the culprit is not in these logs: collectives stalled with only ranks {} ready; the ranks that never submitted them are the others (the world size is not in these logs; {source})",
             join(&ready)
         ),
         events: vec![first],
     })
 }
 
-fn stuck<'a>(ranks: Vec<Rank>, ops: usize, first: &'a Event, confidence: f64) -> StallFinding<'a> {
+fn stuck<'a>(ranks: Vec<Rank>, ops: usize, first: &'a Event, confidence: f64, source: &str) -> StallFinding<'a> {
     let rank = if ranks.len() == 1 { Some(ranks[0]) } else { None };
     StallFinding {
         rank,
@@ -91,7 +94,7 @@ fn stuck<'a>(ranks: Vec<Rank>, ops: usize, first: &'a Event, confidence: f64) ->
         class: FaultClass::Hang,
         confidence: if rank.is_some() { confidence } else { confidence * 0.6 },
         summary: format!(
-            "rank{} {} never submitted {ops} collective{} the other ranks waited in (Horovod stall inspector)",
+            "rank{} {} never submitted {ops} collective{} the other ranks waited in ({source})",
             if ranks.len() == 1 { "" } else { "s" },
             join(&ranks),
             if ops == 1 { "" } else { "s" }
