@@ -21,7 +21,7 @@ pub fn raise_open_file_limit() -> std::io::Result<OpenFileLimit> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::other(format!("getrlimit(RLIMIT_NOFILE): {}", std::io::Error::last_os_error())));
     }
-    let before = lim.rlim_cur as u64;
+    let before = lim.rlim_cur;
     if lim.rlim_cur < lim.rlim_max {
         let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
         // SAFETY: setrlimit reads one rlimit from a struct we own.
@@ -30,7 +30,7 @@ pub fn raise_open_file_limit() -> std::io::Result<OpenFileLimit> {
         }
         lim = raised;
     }
-    Ok(OpenFileLimit { before, now: lim.rlim_cur as u64, hard: lim.rlim_max as u64 })
+    Ok(OpenFileLimit { before, now: lim.rlim_cur, hard: lim.rlim_max })
 }
 
 #[cfg(test)]
