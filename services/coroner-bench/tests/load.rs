@@ -42,3 +42,45 @@ fn killed_server_and_cut_agents_lose_and_duplicate_nothing() {
     assert!(f["sessions"].as_u64().unwrap() > 6, "no agent reconnected: {f:#}");
     assert!(f["lines_resent"].as_u64().unwrap() + f["lines_skipped_on_resume"].as_u64().unwrap() > 0, "{f:#}");
 }
+
+/// Runs `coroner-bench load --json` with `args`; the figures, after checking it exited cleanly.
+fn load(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_coroner-bench"))
+        .arg("load")
+        .args(args)
+        .args(["--timeout", "240", "--json"])
+        .env("CORONERD", coronerd())
+        .output()
+        .expect("run coroner-bench load");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let f: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("no JSON ({e}):\n{stdout}\n{stderr}"));
+    assert!(out.status.success(), "the load run {args:?} failed:\n{stdout}\n{stderr}");
+    f
+}
+
+#[test]
+fn burst_steady_and_failure_profiles_lose_and_duplicate_nothing() {
+    // (profile, agents, lines each): the start-up burst at its real 200 lines, the steady
+    // profile's 1 line/s for 3 s, the failure's 40-line traceback within 2 s.
+    for (profile, agents, lines) in [("burst", 24, 200), ("steady", 24, 3), ("failure", 24, 40)] {
+        let f = load(&["--profile", profile, "--agents", &agents.to_string(), "--lines", &lines.to_string()]);
+        let sent = agents * lines;
+        assert_eq!(f["profile"], profile);
+        assert_eq!(f["lines_sent"], sent, "{f:#}");
+        assert_eq!((f["lost"].as_u64(), f["duplicates"].as_u64()), (Some(0), Some(0)), "{profile}: {f:#}");
+        assert_eq!(f["lines_indexed"], sent, "{profile}: {f:#}");
+        assert_eq!(f["exits_reported"], agents, "{profile}: {f:#}");
+        // The run measured what issue 22 asks for.
+        assert!(f["fresh_samples"].as_u64().unwrap() > 0, "{profile}: no line was looked for after its ack: {f:#}");
+        assert_eq!(f["fresh_not_found"], 0, "{profile}: an acknowledged line was not found by search: {f:#}");
+        assert!(f["idle_kb_per_agent"].is_number() && f["absorbed_s"].as_f64().unwrap() > 0.0, "{f:#}");
+    }
+}
+
+#[test]
+fn coroner_ingest_streams_counts_every_open_log_stream_and_falls_to_zero() {
+    let f = load(&["--profile", "steady", "--agents", "12", "--lines", "2"]);
+    assert_eq!(f["server_streams_connected"], 12, "coroner_ingest_streams with 12 agents connected: {f:#}");
+    assert_eq!(f["server_streams_after"], 0, "coroner_ingest_streams after every agent left: {f:#}");
+}

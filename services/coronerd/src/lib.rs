@@ -9,6 +9,7 @@ pub mod auth;
 pub mod config;
 mod deletion;
 pub mod error;
+pub mod fd_limit;
 mod grpc;
 mod http;
 mod incidents;
@@ -247,6 +248,10 @@ async fn grpc_server(
         .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async move { shutdown.cancelled().await }))
 }
 
+/// The HTTP/2 flow-control window of one stream the server receives on: the most bytes of a log
+/// stream held outside the ingest budget (`coroner_ingest_stream_window_bytes`).
+pub const STREAM_WINDOW: u32 = 64 << 10;
+
 /// The transport's settings: keepalives and flow-control windows.
 fn grpc_builder() -> tonic::transport::Server {
     // Pings find agents whose network died without closing the connection (a host that lost
@@ -255,12 +260,14 @@ fn grpc_builder() -> tonic::transport::Server {
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
         .tcp_keepalive(Some(std::time::Duration::from_secs(60)))
-        // What one connection may have sent and the server not yet read: with the ingest budget
-        // spent, each agent's connection holds at most this much (hyper's default is 1 MiB per
-        // stream: a GiB for a thousand waiting agents). 256 KiB still fills ~250 MB/s per
-        // stream at a 1 ms round trip.
-        .initial_stream_window_size(Some(256 << 10))
-        .initial_connection_window_size(Some(512 << 10))
+        // What one connection may have sent and the server not yet read (not yet reserved from
+        // the ingest budget, `grpc/ingest/prepaid.rs`): with the budget spent, each agent's
+        // connection holds at most this much. hyper's default is 1 MiB per stream, 16 GiB for
+        // 16,384 waiting agents; 256 KiB was still 4 GiB. 64 KiB per stream (the whole of a
+        // rank's start-up burst, 200 NCCL lines) still carries 64 MB/s per stream at a 1 ms
+        // round trip, and a connection carries its log stream and a snapshot upload at once.
+        .initial_stream_window_size(Some(STREAM_WINDOW))
+        .initial_connection_window_size(Some(2 * STREAM_WINDOW))
 }
 
 fn load_rules(config: &Config) -> anyhow::Result<coroner_analysis::RuleSet> {

@@ -33,6 +33,12 @@ async fn serve() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let config = Config::parse();
+    // One descriptor per connected agent: a 16,384-rank job needs more than the usual 1,024.
+    match coronerd::fd_limit::raise_open_file_limit() {
+        Ok(l) if l.now < 20_000 => tracing::warn!(open_files = l.now, "the open-file limit allows fewer than 20,000 agents' connections; raise `ulimit -Hn`"),
+        Ok(l) => tracing::debug!(before = l.before, now = l.now, "open-file limit raised to the hard limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit; agents past it will be refused"),
+    }
     let shutdown = tokio_util::sync::CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {

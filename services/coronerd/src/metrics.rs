@@ -48,6 +48,8 @@ pub struct Metrics {
     pub duplicate_lines: AtomicU64,
     pub batches: AtomicU64,
     pub agents_connected: AtomicI64,
+    /// Sessions held in the ingest's table (forgotten once their process ended and no stream uses them).
+    pub ingest_sessions: AtomicI64,
     /// Sum over connected agents of the spool bytes they last reported as not yet acknowledged.
     pub spool_backlog_bytes: AtomicI64,
     /// Bytes of received batches not yet answered, held against the ingest budget.
@@ -168,7 +170,28 @@ impl Metrics {
         one("coroner_ingest_bytes_total", "Log line bytes committed.", "counter", self.bytes_ingested.load(Relaxed).to_string());
         one("coroner_ingest_duplicate_lines_total", "Redelivered lines dropped as duplicates.", "counter", self.duplicate_lines.load(Relaxed).to_string());
         one("coroner_ingest_batches_total", "Log batches acknowledged.", "counter", self.batches.load(Relaxed).to_string());
-        one("coroner_ingest_agents_connected", "Agents with an open log stream.", "gauge", self.agents_connected.load(Relaxed).to_string());
+        let streams = self.agents_connected.load(Relaxed).max(0);
+        let buffered = self.ingest_buffered_bytes.load(Relaxed).max(0);
+        one("coroner_ingest_agents_connected", "Agents with an open log stream (the same count as coroner_ingest_streams).", "gauge", streams.to_string());
+        one("coroner_ingest_streams", "Open ShipLogs streams (one per connected agent).", "gauge", streams.to_string());
+        one(
+            "coroner_ingest_sessions",
+            "Agent sessions held (forgotten once their process ended and no log stream uses them).",
+            "gauge",
+            self.ingest_sessions.load(Relaxed).max(0).to_string(),
+        );
+        one(
+            "coroner_ingest_stream_buffered_bytes",
+            "Ingest budget bytes held per open log stream, on average (coroner_ingest_buffered_bytes / coroner_ingest_streams).",
+            "gauge",
+            buffered.checked_div(streams).unwrap_or(0).to_string(),
+        );
+        one(
+            "coroner_ingest_stream_window_bytes",
+            "The most bytes one log stream may have sent beyond the ingest budget (its HTTP/2 window).",
+            "gauge",
+            crate::STREAM_WINDOW.to_string(),
+        );
         one(
             "coroner_ingest_buffered_bytes",
             "Bytes of received log batches not yet committed and acknowledged.",

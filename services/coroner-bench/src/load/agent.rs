@@ -6,8 +6,13 @@
 //! backoff, opens a new session, skips what the server says it already holds (`resume_from`)
 //! and resends the rest. The connection is the product's own client endpoint (HTTP/2 keepalive,
 //! timeouts), so a silent network is noticed the way a real agent notices it.
+//!
+//! Every agent is its own HTTP/2 connection, as real agents are; they are cheap tokio tasks on
+//! one runtime. The first session waits, its log stream open, until every agent is connected
+//! ([`Start`]): the run's output then starts at one instant, and the server's memory with every
+//! stream open and idle is measured meanwhile.
 
-use super::lines::line;
+use super::profile::Profile;
 use anyhow::{anyhow, bail, Context, Result};
 use coroner_model::now_ns;
 use coroner_proto::v1;
@@ -16,6 +21,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// Unacknowledged batches in flight on one stream (the real agent keeps up to 32).
@@ -32,8 +38,29 @@ pub struct Plan {
     /// Lines per second this agent's process prints; 0: all lines are waiting at the start.
     pub rate: f64,
     pub batch_lines: usize,
+    pub profile: Profile,
     /// Where it connects: the server, or a partition in front of it.
     pub url: String,
+    pub start: Start,
+    /// Where this agent reports its acknowledged batches' last lines for the freshness check
+    /// (a sample of the agents).
+    pub fresh: Option<mpsc::Sender<Acked>>,
+}
+
+/// The starting gate every agent passes once: count yourself ready, then wait for the instant
+/// the output starts.
+#[derive(Debug, Clone)]
+pub struct Start {
+    pub ready: Arc<AtomicU64>,
+    pub go: watch::Receiver<Option<Instant>>,
+}
+
+/// A line whose batch was just acknowledged: when, and which.
+#[derive(Debug, Clone, Copy)]
+pub struct Acked {
+    pub rank: u32,
+    pub seq: u64,
+    pub at: Instant,
 }
 
 /// What one agent saw.
@@ -56,12 +83,13 @@ pub struct Tally {
     pub exit_reported: bool,
     pub first_send: Option<Instant>,
     pub last_ack: Option<Instant>,
+    /// When this agent's process started printing (the common start, once it passed the gate).
+    pub go: Option<Instant>,
 }
 
 /// Runs `plan` until every line is acknowledged (or `give_up` passes).
 pub async fn run(plan: Plan, acked_total: Arc<AtomicU64>, give_up: Instant) -> Tally {
     let mut t = Tally::default();
-    let started = Instant::now();
     let mut acked = 0u64;
     let mut highest_sent = 0u64;
     let mut backoff = Duration::from_millis(100);
@@ -77,7 +105,7 @@ pub async fn run(plan: Plan, acked_total: Arc<AtomicU64>, give_up: Instant) -> T
             break;
         }
         let progress_before = acked;
-        match session(&plan, &mut t, &mut acked, &mut highest_sent, started, &acked_total).await {
+        match session(&plan, &mut t, &mut acked, &mut highest_sent, &acked_total).await {
             Ok(()) => {}
             Err(e) => {
                 t.last_error = Some(format!("{e:#}"));
@@ -102,7 +130,7 @@ async fn client(url: &str) -> Result<IngestClient<coroner_proto::auth::Channel>>
 }
 
 /// One session: connect, resume, ship until done or an error.
-async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut u64, started: Instant, acked_total: &AtomicU64) -> Result<()> {
+async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut u64, acked_total: &AtomicU64) -> Result<()> {
     let mut c = client(&plan.url).await?;
     let open = tokio::time::timeout(
         RPC_LIMIT,
@@ -138,6 +166,15 @@ async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut
         .context("open the log stream: timed out")?
         .context("open the log stream")?
         .into_inner();
+    let started = match t.go {
+        Some(go) => go,
+        None => {
+            plan.start.ready.fetch_add(1, Relaxed);
+            let mut go = plan.start.go.clone();
+            let at = *go.wait_for(Option::is_some).await.map_err(|_| anyhow!("the run ended before it started"))?;
+            *t.go.insert(at.unwrap_or_else(Instant::now))
+        }
+    };
     let mut in_flight: VecDeque<(u64, u64, u64, Instant)> = VecDeque::new();
     let mut sent = *acked;
     let mut batch_id = 0u64;
@@ -170,7 +207,7 @@ async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut
                     seq,
                     capture_ns: now_ns(),
                     stream: v1::StreamKind::Stdout as i32,
-                    raw: line(plan.rank, seq),
+                    raw: plan.profile.line(plan.rank, plan.world, seq),
                     rank: None,
                     file: String::new(),
                 })
@@ -187,7 +224,14 @@ async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut
             batch_id += 1;
             last_batch = now;
         }
-        let wake = if sent < plan.lines && in_flight.len() < WINDOW { Some(last_batch + interval) } else { None };
+        // Wake for a waiting partial batch when the batching interval is over, else when the next
+        // line is printed: 16,384 paced agents must not each wake ten times a second for nothing.
+        let wake = if sent < plan.lines && in_flight.len() < WINDOW {
+            let flush = last_batch + interval;
+            Some(if available > sent || plan.rate <= 0.0 { flush } else { flush.max(started + Duration::from_secs_f64((available + 1) as f64 / plan.rate)) })
+        } else {
+            None
+        };
         tokio::select! {
             ack = acks.message() => {
                 let ack = match ack {
@@ -204,6 +248,10 @@ async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut
                 t.server_duplicates += u64::from(ack.duplicates);
                 t.last_ack = Some(now);
                 let end = first + n;
+                if let Some(fresh) = &plan.fresh {
+                    // Dropped when the checker is behind: it measures the index, not its own queue.
+                    let _ = fresh.try_send(Acked { rank: plan.rank, seq: end - 1, at: now });
+                }
                 if end > *acked {
                     acked_total.fetch_add(end - *acked, Relaxed);
                     *acked = end;

@@ -41,6 +41,65 @@ pub fn line(rank: u32, seq: u64) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Line `seq` of a rank's NCCL start-up output (NCCL_DEBUG=INFO): versions, the communicator,
+/// its rings and trees, then one line per channel and peer.
+pub fn nccl_init_line(rank: u32, world: u32, seq: u64) -> Vec<u8> {
+    let (local, node) = (rank % 8, host(rank));
+    let pid = 10_000 + rank;
+    let head = format!("{node}:{pid}:{pid} [{local}] NCCL INFO");
+    match seq {
+        0 => format!("{head} Bootstrap : Using eth0:10.{}.{}.{}<0>", rank / 65_536 % 256, rank / 256 % 256, rank % 256),
+        1 => format!("{head} NCCL version 2.21.5+cuda12.4"),
+        2 => format!("{head} cudaDriverVersion 12040"),
+        3 => format!(
+            "{head} comm 0x{:x} rank {rank} nranks {world} cudaDev {local} nvmlDev {local} busId {:x}000 commId 0x5f1e2d3c4b5a6978 - Init START",
+            0x5562_0000_u64 + u64::from(rank),
+            0x18 + local * 0x10
+        ),
+        4 => format!("{head} Setting affinity for GPU {local} to ffffff,ffffffff"),
+        5 => format!("{head} NVLS multicast support is not available on dev {local}"),
+        n if n % 5 == 0 => format!("{head} Trees [{}] {}/-1/-1->{rank}->{}", n % 32, rank.saturating_sub(1), (rank + 1) % world),
+        n if n % 5 == 1 => {
+            format!("{head} Channel {:02}/{:02} : {rank}[{local}] -> {}[{}] via P2P/CUMEM/read", n % 32, 32, (rank + 1) % world, (local + 1) % 8)
+        }
+        n if n % 5 == 2 => {
+            format!("{head} Channel {:02}/0 : {rank}[{local}] -> {}[{}] [send] via NET/IB/{}/GDRDMA", n % 32, (rank + 8) % world, local, local % 4)
+        }
+        n if n % 5 == 3 => format!("{head} Connected all rings, use ring PXN 0 GDR 1 (step {n})"),
+        n => format!("{head} threadThresholds 8/8/64 | {}/8/64 | 512 | 512 (channel {})", world * 8, n % 32),
+    }
+    .into_bytes()
+}
+
+/// Line `seq` of a rank's training progress (one a second in the steady profile).
+pub fn progress_line(rank: u32, seq: u64) -> Vec<u8> {
+    let loss = 2.5 + ((seq.wrapping_mul(2_654_435_761) % 1000) as f64) / 4000.0;
+    format!(
+        "[rank{rank}]: 2026-11-30 12:00:00,000 INFO train.py:212 step {seq} loss {loss:.4} lr 3.0e-04 grad_norm {:.3} tokens/s {}",
+        loss / 3.0,
+        180_000 + (seq % 977) * 13
+    )
+    .into_bytes()
+}
+
+/// Line `seq` of a rank's 40-line traceback: a collective that timed out on every rank.
+pub fn traceback_line(rank: u32, seq: u64) -> Vec<u8> {
+    let frames = ["train.py", "engine.py", "torch/nn/parallel/distributed.py", "torch/distributed/c10d_logger.py", "torch/distributed/distributed_c10d.py"];
+    let text = match seq {
+        0 => "Traceback (most recent call last):".to_string(),
+        38 => format!(
+            "torch.distributed.DistBackendError: [Rank {rank}] NCCL watchdog thread terminated with exception: Watchdog caught collective operation timeout"
+        ),
+        n if n >= 39 => format!("RuntimeError: [Rank {rank}] ProcessGroupNCCL: WorkNCCL(SeqNum=4242, OpType=ALLREDUCE) ran for 600000 ms before timing out"),
+        n if n % 2 == 1 => {
+            let f = frames[(n as usize / 2) % frames.len()];
+            format!("  File \"/opt/conda/lib/python3.11/site-packages/{f}\", line {}, in frame_{}", 100 + n * 7, n / 2)
+        }
+        n => format!("    return self._run(inputs, step={}, rank={rank})", n / 2),
+    };
+    format!("[rank{rank}]: {text}").into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

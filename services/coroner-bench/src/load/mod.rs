@@ -6,10 +6,16 @@
 //! Faults are scheduled by progress, not by time, so the same run means the same thing on a fast
 //! and a slow machine: `--kill-at 0.3,0.6` kills the server when 30 % and 60 % of all lines are
 //! acknowledged; `--cut N --cut-at 0.5 --cut-for 5` silences N agents' connections for 5 s.
+//!
+//! `--profile burst|steady|failure` gives the ranks a real job's output shapes (`profile.rs`);
+//! the run also measures the server's memory per idle connected agent, how long the output took
+//! to be absorbed, and how soon an acknowledged line is found by search (`freshness.rs`).
 
 mod agent;
+mod freshness;
 mod lines;
 mod partition;
+pub mod profile;
 mod server;
 mod verify;
 
@@ -25,13 +31,18 @@ pub struct LoadArgs {
     /// Simulated agents (ranks of one job).
     #[arg(long, default_value_t = 64)]
     pub agents: u32,
-    /// Lines each agent ships.
-    #[arg(long, default_value_t = 4000)]
-    pub lines: u64,
+    /// What the ranks print and when (`load/profile.rs`): flat (--lines at --rate), burst (200
+    /// NCCL lines at once), steady (1 line/s), failure (a 40-line traceback within 2 s).
+    #[arg(long, value_enum, default_value = "flat")]
+    pub profile: profile::Profile,
+    /// Lines each agent ships [default: the profile's: flat 4000, burst 200, steady 60, failure 40].
+    #[arg(long)]
+    pub lines: Option<u64>,
     /// Lines per second each agent's process prints; 0: every line waits at the start and the
-    /// agents send as fast as the server acknowledges (the sustained rate is then the server's).
-    #[arg(long, default_value_t = 0.0)]
-    pub rate: f64,
+    /// agents send as fast as the server acknowledges (the sustained rate is then the server's)
+    /// [default: the profile's: steady 1, failure 20, else 0].
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Lines per batch (the real agent's default).
     #[arg(long, default_value_t = 1000)]
     pub batch_lines: usize,
@@ -66,10 +77,24 @@ pub struct LoadArgs {
     /// Keep the run's folder (the server's data and its log, coronerd.log) and print where it is.
     #[arg(long)]
     pub keep: bool,
+    /// More arguments for coronerd (e.g. `--server-arg=--ingest-buffer-mb=512`).
+    #[arg(long, allow_hyphen_values = true)]
+    pub server_arg: Vec<String>,
+}
+
+impl LoadArgs {
+    fn lines(&self) -> u64 {
+        self.lines.unwrap_or(self.profile.default_lines())
+    }
+
+    fn rate(&self) -> f64 {
+        self.rate.unwrap_or(self.profile.default_rate())
+    }
 }
 
 #[derive(Debug, Serialize)]
 pub struct LoadFigures {
+    pub profile: profile::Profile,
     pub agents: u32,
     pub lines_per_agent: u64,
     /// Distinct lines the agents had to deliver.
@@ -96,6 +121,21 @@ pub struct LoadFigures {
     pub ack_p50_ms: f64,
     pub ack_p99_ms: f64,
     pub ack_max_ms: f64,
+    /// From the instant every agent was connected to the last line acknowledged.
+    pub absorbed_s: f64,
+    /// How long the agents took to connect, open their sessions and log streams.
+    pub connect_s: f64,
+    /// From a line's acknowledgement to a search that finds it, over a sample of batches.
+    pub fresh_p50_ms: f64,
+    pub fresh_p99_ms: f64,
+    pub fresh_samples: u64,
+    pub fresh_not_found: u64,
+    /// The server's resident memory growth per connected agent, every log stream open and idle
+    /// (sessions, connections, streams), KiB.
+    pub idle_kb_per_agent: f64,
+    /// `coroner_ingest_streams` with every agent connected, and after they all left.
+    pub server_streams_connected: i64,
+    pub server_streams_after: i64,
     /// Peak resident memory while the agents shipped (index pages the server mapped included).
     pub server_rss_peak_mb: f64,
     /// Peak anonymous resident memory (heap, buffers, queues) while the agents shipped.
@@ -119,8 +159,18 @@ impl LoadFigures {
 }
 
 pub fn main(args: LoadArgs) -> Result<()> {
-    if args.agents == 0 || args.lines == 0 {
+    if args.agents == 0 || args.lines() == 0 {
         bail!("--agents and --lines must be at least 1");
+    }
+    // One connection per agent, here and in the server (which raises its own limit the same way).
+    let fds = coronerd::fd_limit::raise_open_file_limit().context("raise the open-file limit")?;
+    let need = u64::from(args.agents) + 256;
+    if fds.now < need {
+        bail!(
+            "{} agents need about {need} open files, and the hard limit is {}: raise it (`ulimit -Hn {need}` as root, or LimitNOFILE=)",
+            args.agents,
+            fds.hard
+        );
     }
     if args.kill_at.iter().chain([&args.cut_at]).any(|f| !(0.0..1.0).contains(f)) {
         bail!("--kill-at and --cut-at are fractions of all lines, in [0, 1)");
@@ -145,14 +195,21 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         .or_else(server::coronerd_binary)
         .context("coronerd is not built beside coroner-bench (cargo build --release -p coronerd) and --coronerd was not given")?;
     let tmp = tempfile::Builder::new().prefix("coroner-load").tempdir().context("create the run's folder")?;
-    let mut server = server::ServerProcess::new(bin, tmp.path(), args.database_url.clone(), vec![])?;
+    let mut server = server::ServerProcess::new(bin, tmp.path(), args.database_url.clone(), args.server_arg.clone())?;
     server.start().await.context("start coronerd")?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before_agents = server.memory().last_mb();
     if args.keep {
         eprintln!("coroner-bench load: coronerd at {} (HTTP {}), its log in {}", server.grpc, server.http, tmp.path().join("coronerd.log").display());
     }
 
     let job = format!("load-{}", u64::from(std::process::id()) * 1000 + (coroner_model::now_ns() / 1_000_000 % 1000).unsigned_abs());
-    let total = u64::from(args.agents) * args.lines;
+    let (lines, rate) = (args.lines(), args.rate());
+    let total = u64::from(args.agents) * lines;
+    let (go_tx, go) = tokio::sync::watch::channel(None);
+    let start = agent::Start { ready: Arc::new(AtomicU64::new(0)), go };
+    let (fresh_tx, fresh_rx) = tokio::sync::mpsc::channel(16);
+    let fresh_every = (args.agents / 64).max(1);
     let acked_total = Arc::new(AtomicU64::new(0));
     let partition = if args.cut > 0 { Some(partition::Partition::start(server.grpc).await.context("start the partition relay")?) } else { None };
     let give_up = Instant::now() + args.timeout;
@@ -166,9 +223,12 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
             job: job.clone(),
             rank,
             world: args.agents,
-            lines: args.lines,
-            rate: args.rate,
+            lines,
+            rate,
             batch_lines: args.batch_lines.max(1),
+            profile: args.profile,
+            start: start.clone(),
+            fresh: (rank % fresh_every == 0).then(|| fresh_tx.clone()),
             url: match (&partition, behind_partition) {
                 (Some(p), true) => p.url(),
                 _ => server.url(),
@@ -176,7 +236,22 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         };
         tasks.push(tokio::spawn(agent::run(plan, acked_total.clone(), give_up)));
     }
+    drop(fresh_tx);
+    let fresh = tokio::spawn(freshness::check(server.url(), job.clone(), fresh_rx));
+
+    // Every agent connected with its log stream open, before anything is printed (the server
+    // closes a stream idle for 5 minutes: the gate opens before that, whoever is missing).
+    let connecting = Instant::now();
+    let gate = connecting + args.timeout.min(Duration::from_secs(240));
+    while start.ready.load(Relaxed) < u64::from(args.agents) && Instant::now() < gate {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let connect_s = connecting.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_kb_per_agent = (server.memory().last_mb() - rss_before_agents) * 1024.0 / f64::from(args.agents);
+    let streams_connected = server.metric("coroner_ingest_streams").await.unwrap_or(-1.0) as i64;
     let started = Instant::now();
+    go_tx.send_replace(Some(started));
 
     // The fault schedule, by progress.
     let mut kills = args.kill_at.clone();
@@ -216,9 +291,20 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         tallies.push(t.await.context("join an agent")?);
     }
     let wall = started.elapsed().as_secs_f64();
+    let fresh = fresh.await.context("join the freshness check")??;
+    // The server counts a stream closed once it read the stream's end: poll a while.
+    let mut streams_after = -1;
+    let leave_by = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < leave_by {
+        streams_after = server.metric("coroner_ingest_streams").await.unwrap_or(-1.0) as i64;
+        if streams_after == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The memory figures are the ingest's: reading every line back maps the index's pages too.
     let (rss_peak, anon_peak) = (server.memory().peak_mb(), server.memory().peak_anon_mb());
-    let held = verify::check(&server.url(), &job, args.agents, args.lines).await?;
+    let held = verify::check(&server.url(), &job, args.agents, lines).await?;
     let rss_end = server.memory().last_mb();
     server.stop();
     if args.keep {
@@ -242,7 +328,7 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         _ => wall,
     };
     for t in &tallies {
-        if t.acked < args.lines || !t.exit_reported {
+        if t.acked < lines || !t.exit_reported {
             if let Some(e) = &t.last_error {
                 if problems.len() < 8 {
                     problems.push(e.clone());
@@ -251,9 +337,13 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         }
     }
     problems.extend(held.bad_ranks.iter().cloned());
+    let mut fresh_ms = fresh.ms;
+    fresh_ms.sort_by(f64::total_cmp);
+    let fresh_pct = |p: f64| fresh_ms.get(((fresh_ms.len() as f64 * p).ceil() as usize).clamp(1, fresh_ms.len().max(1)) - 1).map_or(0.0, |&x| round(x));
     Ok(LoadFigures {
+        profile: args.profile,
         agents: args.agents,
-        lines_per_agent: args.lines,
+        lines_per_agent: lines,
         lines_sent: total,
         lines_transmitted: tallies.iter().map(|t| t.transmitted).sum(),
         lines_resent: tallies.iter().map(|t| t.resent).sum(),
@@ -275,6 +365,15 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         ack_p50_ms: pct(0.50),
         ack_p99_ms: pct(0.99),
         ack_max_ms: pct(1.0),
+        absorbed_s: round(last.map_or(wall, |l| l.duration_since(started).as_secs_f64())),
+        connect_s: round(connect_s),
+        fresh_p50_ms: fresh_pct(0.50),
+        fresh_p99_ms: fresh_pct(0.99),
+        fresh_samples: fresh_ms.len() as u64,
+        fresh_not_found: fresh.not_found,
+        idle_kb_per_agent: round(idle_kb_per_agent),
+        server_streams_connected: streams_connected,
+        server_streams_after: streams_after,
         server_rss_peak_mb: round(rss_peak),
         server_anon_peak_mb: round(anon_peak),
         server_rss_end_mb: round(rss_end),
@@ -287,7 +386,14 @@ fn round(x: f64) -> f64 {
 }
 
 fn print(f: &LoadFigures) {
-    println!("agents                 {} x {} lines ({} cut off, server killed {} times)", f.agents, f.lines_per_agent, f.agents_cut, f.server_kills);
+    println!(
+        "agents                 {} x {} lines, profile {:?} ({} cut off, server killed {} times)",
+        f.agents, f.lines_per_agent, f.profile, f.agents_cut, f.server_kills
+    );
+    println!(
+        "connected              in {:.1} s: {:.1} KiB server memory per idle agent, {} streams open",
+        f.connect_s, f.idle_kb_per_agent, f.server_streams_connected
+    );
     println!("lines sent             {}", f.lines_sent);
     println!("lines acknowledged     {} ({} through resume_from: committed, but the ack was lost)", f.lines_acknowledged, f.lines_skipped_on_resume);
     println!("lines transmitted      {} ({} resent)", f.lines_transmitted, f.lines_resent);
@@ -296,6 +402,11 @@ fn print(f: &LoadFigures) {
     println!("lost                   {}", f.lost);
     println!("sustained              {:.0} lines/s over {:.1} s", f.sustained_lines_per_s, f.wall_s);
     println!("ack latency            p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms", f.ack_p50_ms, f.ack_p99_ms, f.ack_max_ms);
+    println!("absorbed               {:.1} s after the start", f.absorbed_s);
+    println!(
+        "freshness              ack to found by search: p50 {:.1} ms, p99 {:.1} ms ({} samples, {} not found in 30 s)",
+        f.fresh_p50_ms, f.fresh_p99_ms, f.fresh_samples, f.fresh_not_found
+    );
     println!(
         "server memory          peak {:.1} MB resident ({:.1} MB anonymous), {:.1} MB after reading every line back",
         f.server_rss_peak_mb, f.server_anon_peak_mb, f.server_rss_end_mb
@@ -303,7 +414,7 @@ fn print(f: &LoadFigures) {
     if !f.server_restart_s.is_empty() {
         println!("server restarts        {:?} s until it answered", f.server_restart_s);
     }
-    println!("sessions               {} ({} exits reported)", f.sessions, f.exits_reported);
+    println!("sessions               {} ({} exits reported; {} streams open after)", f.sessions, f.exits_reported, f.server_streams_after);
     for p in &f.problems {
         println!("PROBLEM                {p}");
     }

@@ -171,6 +171,21 @@ impl ServerProcess {
         matches!(tokio::time::timeout(Duration::from_secs(2), q.list_jobs(coroner_proto::v1::ListJobsRequest::default())).await, Ok(Ok(_)))
     }
 
+    /// One value from the server's `/metrics` (a metric without labels).
+    pub async fn metric(&self, name: &str) -> Result<f64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let scrape = async {
+            let mut conn = tokio::net::TcpStream::connect(self.http).await.context("connect to the metrics port")?;
+            conn.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.http).as_bytes()).await?;
+            let mut text = String::new();
+            conn.read_to_string(&mut text).await.context("read /metrics")?;
+            anyhow::Ok(text)
+        };
+        let text = tokio::time::timeout(Duration::from_secs(10), scrape).await.context("scrape /metrics: timed out")??;
+        let value = text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')).with_context(|| format!("/metrics has no {name}"))?;
+        value.trim().parse().with_context(|| format!("{name} is not a number: {value:?}"))
+    }
+
     /// SIGKILL: no shutdown, no flush; what was not committed is gone from the server.
     pub fn kill9(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {

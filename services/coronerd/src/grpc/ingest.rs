@@ -42,7 +42,8 @@ pub struct IngestService {
 
 impl IngestService {
     pub fn new(jobs: Arc<Jobs>, snapshots: Arc<SnapshotStore>, metrics: Arc<Metrics>, budget: Arc<IngestBudget>, limits: Arc<LimitsConfig>) -> Self {
-        IngestService { jobs, snapshots, metrics, budget, limits, sessions: Arc::default() }
+        let sessions = Arc::new(Sessions::new(metrics.clone()));
+        IngestService { jobs, snapshots, metrics, budget, limits, sessions }
     }
 
     fn session(&self, id: &str) -> Result<Session, ServiceError> {
@@ -184,6 +185,8 @@ impl Ingest for IngestService {
         let _ = self.metrics.dropped_lines_reported.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(r.dropped_lines)));
         if r.rank.is_none() || r.rank.map(Rank) == session.rank {
             session.job.end_claim(&r.session_id);
+            // Its process ended: the session is forgotten once no log stream uses it.
+            self.sessions.ended(&r.session_id);
         }
         if !r.notes.is_empty() {
             session.job.update(|p| r.notes.iter().for_each(|n| p.add_note(agent_note(&session.host, r.rank, n))));

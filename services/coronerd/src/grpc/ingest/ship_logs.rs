@@ -64,6 +64,8 @@ impl ShipStream {
     async fn read(self, mut batches: Streaming<v1::LogBatch>, order_tx: mpsc::Sender<Submitted>) {
         // This stream's share of the agents' spool backlog gauge.
         let mut backlog = 0i64;
+        // The session this stream's batches name (held in the table while the stream uses it).
+        let mut using: Option<String> = None;
         loop {
             let batch = match self.next(&mut batches).await {
                 Ok(Some(b)) => b,
@@ -73,6 +75,12 @@ impl ShipStream {
                     break;
                 }
             };
+            if using.as_deref() != Some(batch.session_id.as_str()) {
+                if let Some(old) = using.replace(batch.session_id.clone()) {
+                    self.sessions.stream_left(&old);
+                }
+                self.sessions.stream_uses(&batch.session_id);
+            }
             let reported = i64::try_from(batch.spool_backlog).unwrap_or(i64::MAX / 2);
             self.metrics.spool_backlog_bytes.fetch_add(reported - backlog, Relaxed);
             backlog = reported;
@@ -81,6 +89,9 @@ impl ShipStream {
             if order_tx.send(submitted).await.is_err() || failed {
                 break;
             }
+        }
+        if let Some(id) = using {
+            self.sessions.stream_left(&id);
         }
         self.metrics.spool_backlog_bytes.fetch_sub(backlog, Relaxed);
         self.metrics.agents_connected.fetch_sub(1, Relaxed);
