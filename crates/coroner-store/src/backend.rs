@@ -21,22 +21,32 @@ macro_rules! impl_metastore {
             }
 
             async fn open_session(&self, s: &$crate::SessionRecord) -> Result<(), $crate::StoreError> {
-                sqlx::query($crate::sql::OPEN_SESSION)
-                    .bind(&s.session_id)
-                    .bind(s.job_id.as_str())
-                    .bind(s.rank.map(|r| i64::from(r.0)))
-                    .bind(s.local_rank.map(i64::from))
-                    .bind(s.world_size.map(i64::from))
-                    .bind(&s.host)
-                    .bind(i64::from(s.pid))
-                    .bind(&s.launcher)
-                    .bind(&s.agent_instance)
-                    .bind($crate::rows::versions_json(s))
-                    .bind(s.opened_ns)
-                    .bind(i64::from(s.attempt))
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| $crate::StoreError::query("record the session", s.job_id.as_str(), e))?;
+                self.open_sessions(std::slice::from_ref(s)).await
+            }
+
+            async fn open_sessions(&self, sessions: &[$crate::SessionRecord]) -> Result<(), $crate::StoreError> {
+                let Some(first) = sessions.first() else { return Ok(()) };
+                let err = |e| $crate::StoreError::query("record the session", first.job_id.as_str(), e);
+                let mut tx = self.pool.begin().await.map_err(err)?;
+                for s in sessions {
+                    sqlx::query($crate::sql::OPEN_SESSION)
+                        .bind(&s.session_id)
+                        .bind(s.job_id.as_str())
+                        .bind(s.rank.map(|r| i64::from(r.0)))
+                        .bind(s.local_rank.map(i64::from))
+                        .bind(s.world_size.map(i64::from))
+                        .bind(&s.host)
+                        .bind(i64::from(s.pid))
+                        .bind(&s.launcher)
+                        .bind(&s.agent_instance)
+                        .bind($crate::rows::versions_json(s))
+                        .bind(s.opened_ns)
+                        .bind(i64::from(s.attempt))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| $crate::StoreError::query("record the session", s.job_id.as_str(), e))?;
+                }
+                tx.commit().await.map_err(err)?;
                 Ok(())
             }
 

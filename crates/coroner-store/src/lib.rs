@@ -50,6 +50,9 @@ pub trait Metastore: IncidentStore + LeaseStore + NotificationStore + StorageSto
     async fn touch_job(&self, job: &JobId, world_size: Option<u32>, now_ns: i64) -> Result<(), StoreError>;
     /// Records an agent session; opening the same `session_id` again replaces it.
     async fn open_session(&self, s: &SessionRecord) -> Result<(), StoreError>;
+    /// Records several sessions in one transaction (what a start-up burst of thousands of agents
+    /// needs: one commit for every session opened meanwhile); all or none are recorded.
+    async fn open_sessions(&self, sessions: &[SessionRecord]) -> Result<(), StoreError>;
     /// The job's sessions, oldest first.
     async fn sessions(&self, job: &JobId) -> Result<Vec<SessionRecord>, StoreError>;
     async fn add_clock_samples(&self, job: &JobId, samples: &[ClockSample]) -> Result<(), StoreError>;

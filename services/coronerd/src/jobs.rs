@@ -7,6 +7,7 @@
 //! another live instance holds it, [`Jobs::get`] answers [`ServiceError::Elsewhere`]. Several
 //! instances share one data dir, so a new owner recovers a job exactly as a restarted server does.
 
+use crate::arrivals::{RecentTouches, SessionWriter};
 use crate::error::ServiceError;
 use crate::job::{Job, Shared};
 use crate::metrics::Metrics;
@@ -47,10 +48,15 @@ pub struct Jobs {
     keepers: CancellationToken,
     /// How many jobs the store holds, counted once and then kept (`--max-jobs`).
     known_jobs: tokio::sync::Mutex<Option<u64>>,
+    /// Session rows, written in groups (`arrivals.rs`).
+    sessions: SessionWriter,
+    /// Job rows touched lately (`arrivals.rs`): a burst of agents writes each job row twice a second at most.
+    touches: RecentTouches,
 }
 
 impl Jobs {
     pub fn new(shared: Shared, shutdown: CancellationToken, me: Instance) -> Jobs {
+        let sessions = SessionWriter::new(shared.store.clone());
         Jobs {
             store: shared.store.clone(),
             rules: shared.rules.clone(),
@@ -63,6 +69,8 @@ impl Jobs {
             fences: std::sync::Mutex::new(HashMap::new()),
             keepers: CancellationToken::new(),
             known_jobs: tokio::sync::Mutex::new(None),
+            sessions,
+            touches: RecentTouches::default(),
         }
     }
 
@@ -109,7 +117,12 @@ impl Jobs {
     /// admitted against `--max-jobs`, the store records when it was last heard from (and the
     /// world size believed, if any), and it is opened here.
     pub async fn heard_from(&self, job: &JobId, world: Option<u32>, now: Nanos) -> Result<Arc<Job>, ServiceError> {
-        self.admit_new(job).await?;
+        // A job open here is in the store: only a new one is counted against `--max-jobs` (and
+        // reading its row, a 16,384-rank report among it, per arriving agent is what a burst
+        // cannot afford).
+        if !self.open.lock().await.contains_key(job) {
+            self.admit_new(job).await?;
+        }
         self.touch(job, world, now).await?;
         self.get(job, true).await
     }
@@ -127,7 +140,12 @@ impl Jobs {
 
     /// Records that `job` was heard from at `now`, with the world size believed, if any.
     pub async fn touch(&self, job: &JobId, world: Option<u32>, now: Nanos) -> Result<(), ServiceError> {
-        Ok(self.store.touch_job(job, world, now).await?)
+        if self.touches.is_redundant(job, world, now) {
+            return Ok(());
+        }
+        self.store.touch_job(job, world, now).await?;
+        self.touches.written(job, world, now);
+        Ok(())
     }
 
     /// A claimed world size, believed in proportion to the ranks heard from (`limits.rs`).
@@ -136,8 +154,8 @@ impl Jobs {
     }
 
     /// Records an agent's session.
-    pub async fn open_session(&self, session: &SessionRecord) -> Result<(), ServiceError> {
-        Ok(self.store.open_session(session).await?)
+    pub async fn open_session(&self, session: SessionRecord) -> Result<(), ServiceError> {
+        self.sessions.open(session).await
     }
 
     /// The jobs the store holds, filtered.
@@ -261,6 +279,7 @@ impl Jobs {
             *n = n.saturating_sub(1);
         }
         let was_open = self.open.lock().await.remove(job);
+        self.touches.forget(job);
         let lease = self.fences.lock().unwrap_or_else(|p| p.into_inner()).remove(job);
         if let Some((fence, stop)) = lease {
             stop.cancel();

@@ -5,6 +5,7 @@
 //! finish, and closes.
 
 mod alert_metrics;
+mod arrivals;
 pub mod auth;
 pub mod config;
 mod deletion;

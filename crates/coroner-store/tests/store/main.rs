@@ -42,6 +42,7 @@ all_backends!(
     touch_job_creates_then_only_widens,
     sessions_round_trip_and_reopen_replaces,
     sessions_keep_their_attempt,
+    sessions_open_in_groups_all_or_none,
     clock_samples_keep_rank_then_arrival_order,
     process_ends_upsert_per_rank,
     lines_and_report_update_the_job,

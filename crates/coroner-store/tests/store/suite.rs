@@ -101,6 +101,22 @@ pub async fn sessions_keep_their_attempt(store: Store) -> Result<()> {
     Ok(())
 }
 
+/// Sessions opened together (a start-up burst) are one transaction: a group with a session of an
+/// unknown job records none of them and names that job; a good group records every one.
+pub async fn sessions_open_in_groups_all_or_none(store: Store) -> Result<()> {
+    let j = job("group-1");
+    store.touch_job(&j, Some(4), 1).await?;
+    let stray = session("g-x", &job("group-unknown"), Some(0), 5);
+    let bad = [session("g-0", &j, Some(0), 10), stray, session("g-1", &j, Some(1), 11)];
+    assert!(matches!(store.open_sessions(&bad).await, Err(StoreError::UnknownJob(ref id)) if id == "group-unknown"));
+    assert!(store.sessions(&j).await?.is_empty(), "a refused group leaves no session behind");
+    let good: Vec<SessionRecord> = (0..4).map(|r| session(&format!("g-{r}"), &j, Some(r), i64::from(r) + 10)).collect();
+    store.open_sessions(&good).await?;
+    store.open_sessions(&[]).await?;
+    assert_eq!(store.sessions(&j).await?, good);
+    Ok(())
+}
+
 pub async fn clock_samples_keep_rank_then_arrival_order(store: Store) -> Result<()> {
     let j = job("clock-1");
     store.touch_job(&j, None, 1).await?;

@@ -144,7 +144,7 @@ impl Ingest for IngestService {
         });
         let mut record = session_record(&r, &session_id, &job_id, now);
         record.attempt = job.attempt_of_opening(r.rank.map(Rank), record.attempt, granted.restarted, now);
-        self.jobs.open_session(&record).await?;
+        self.jobs.open_session(record).await?;
         self.take_opening(&job, &r, granted.lane, now).await?;
         let uploader = if r.agent_instance.is_empty() { String::new() } else { format!("{}/{}", r.host, r.agent_instance) };
         let session = Session { job, fence, rank: r.rank.map(Rank), uploader, host: r.host, world_size: r.world_size };

@@ -1,0 +1,134 @@
+//! What agents' arrivals write to the metadata store, grouped so that a start-up burst does not
+//! queue one transaction per rank on SQLite's one writer: 16,384 agents opening sessions at
+//! once were admitted at ~13 per second when every OpenSession wrote its session row, and
+//! touched its job row twice, each in a transaction of its own (docs/LOAD.md).
+//!
+//! - [`SessionWriter`]: every session row queued while the previous group was being written is
+//!   written in one transaction (as the committer groups batches); a group the store refuses is
+//!   written again row by row, so one bad session (a job deleted meanwhile) fails alone.
+//! - [`RecentTouches`]: a job row touched less than [`TOUCH_EVERY`] ago with no larger world
+//!   size is not written again: `last_seen_ns` may lag by that much, and nothing else changes.
+
+use crate::error::ServiceError;
+use coroner_model::{JobId, Nanos};
+use coroner_store::{Metastore, SessionRecord};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// At most this many session rows in one transaction.
+const GROUP: usize = 512;
+/// Sessions waiting for the writer; past this, OpenSession waits (backpressure, nothing dropped).
+const QUEUE: usize = 16_384;
+/// A job row is written at most this often when nothing but its `last_seen_ns` would change.
+pub const TOUCH_EVERY: Duration = Duration::from_millis(500);
+
+struct Pending {
+    record: SessionRecord,
+    done: oneshot::Sender<Result<(), ServiceError>>,
+}
+
+/// Writes session rows in groups; the writer task starts with the first session (inside the
+/// server's runtime) and ends when this is dropped.
+pub struct SessionWriter {
+    store: Arc<dyn Metastore>,
+    queue: OnceLock<mpsc::Sender<Pending>>,
+}
+
+impl SessionWriter {
+    pub fn new(store: Arc<dyn Metastore>) -> SessionWriter {
+        SessionWriter { store, queue: OnceLock::new() }
+    }
+
+    /// Records a session; returns once its row is committed.
+    pub async fn open(&self, record: SessionRecord) -> Result<(), ServiceError> {
+        let queue = self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            tokio::spawn(write_groups(self.store.clone(), rx));
+            tx
+        });
+        let (done, written) = oneshot::channel();
+        let stopped = || ServiceError::Unavailable("the server is stopping: its session writer has ended; retry".into());
+        queue.send(Pending { record, done }).await.map_err(|_| stopped())?;
+        written.await.map_err(|_| stopped())?
+    }
+}
+
+async fn write_groups(store: Arc<dyn Metastore>, mut queue: mpsc::Receiver<Pending>) {
+    let mut group = Vec::with_capacity(GROUP);
+    while queue.recv_many(&mut group, GROUP).await > 0 {
+        let (records, answers): (Vec<SessionRecord>, Vec<_>) = group.drain(..).map(|p| (p.record, p.done)).unzip();
+        match store.open_sessions(&records).await {
+            Ok(()) => answers.into_iter().for_each(|a| drop(a.send(Ok(())))),
+            Err(e) if records.len() == 1 => {
+                if let Some(answer) = answers.into_iter().next() {
+                    let _ = answer.send(Err(e.into()));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, sessions = records.len(), "a group of sessions was refused; writing them one by one");
+                for (record, answer) in records.iter().zip(answers) {
+                    let _ = answer.send(store.open_session(record).await.map_err(ServiceError::from));
+                }
+            }
+        }
+    }
+}
+
+/// When each job row was last written by a touch, and the largest world size written.
+#[derive(Default)]
+pub struct RecentTouches {
+    jobs: Mutex<HashMap<JobId, (Nanos, Option<u32>)>>,
+}
+
+impl RecentTouches {
+    /// Whether a touch of `job` at `now` with `world` would change nothing worth a write.
+    pub fn is_redundant(&self, job: &JobId, world: Option<u32>, now: Nanos) -> bool {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(&(at, written)) = jobs.get(job) else { return false };
+        let fresh = now >= at && now - at < TOUCH_EVERY.as_nanos() as Nanos;
+        let no_wider = match (world, written) {
+            (None, _) => true,
+            (Some(w), Some(had)) => w <= had,
+            (Some(_), None) => false,
+        };
+        fresh && no_wider
+    }
+
+    /// A touch of `job` at `now` with `world` was written.
+    pub fn written(&self, job: &JobId, world: Option<u32>, now: Nanos) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = jobs.entry(job.clone()).or_insert((now, world));
+        entry.0 = now;
+        entry.1 = entry.1.max(world);
+    }
+
+    /// The job's row is gone (deleted): its next touch writes.
+    pub fn forget(&self, job: &JobId) {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).remove(job);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn a_touch_is_skipped_only_while_fresh_and_no_wider() {
+        let t = RecentTouches::default();
+        let j = JobId::parse("j").unwrap();
+        assert!(!t.is_redundant(&j, None, 0), "never written: write");
+        t.written(&j, Some(8), 1_000 * MS);
+        assert!(t.is_redundant(&j, None, 1_100 * MS));
+        assert!(t.is_redundant(&j, Some(8), 1_100 * MS));
+        assert!(t.is_redundant(&j, Some(4), 1_100 * MS), "a smaller world changes nothing in the row");
+        assert!(!t.is_redundant(&j, Some(16), 1_100 * MS), "a wider world is written at once");
+        assert!(!t.is_redundant(&j, None, 1_000 * MS + TOUCH_EVERY.as_nanos() as Nanos), "stale: last_seen is written again");
+        assert!(!t.is_redundant(&j, None, 900 * MS), "a clock that went back writes");
+        t.forget(&j);
+        assert!(!t.is_redundant(&j, None, 1_100 * MS), "a deleted job's row is written again");
+    }
+}
