@@ -121,23 +121,29 @@ fn load_generated(total: u64, owner: Owner, line: fn(u64) -> Vec<u8>) -> (Ahead,
     (sink, summary)
 }
 
+/// Every byte of the input became a line (the last one, cut at `total`, has no newline to count).
+fn every_byte(sink: &Ahead, total: u64) -> bool {
+    sink.delivered == total || sink.delivered == total + 1
+}
+
 #[test]
 fn a_combined_log_is_read_ahead_of_its_lines_by_one_buffer_not_whole() {
-    let total = 64 << 20;
+    let total = 24 << 20;
     let (sink, summary) = load_generated(total, Owner::Unknown, training_line);
     assert_eq!(sink.logs, 1, "filed as one log of unknown owner");
-    assert!(sink.lines > 500_000, "{}", sink.lines);
+    assert!(sink.lines > 200_000, "{}", sink.lines);
     assert_eq!(summary.lines, sink.lines);
-    assert_eq!(sink.delivered, total, "every byte became a line");
+    assert!(every_byte(&sink, total), "{} of {total} bytes became lines", sink.delivered);
     // One `BufReader` buffer (256 KiB) ahead at most, plus the line being read.
     assert!(sink.most_ahead <= (BUFFER_BYTES + 4096) as u64, "read {} bytes ahead of the lines given (of {total})", sink.most_ahead);
 }
 
 #[test]
 fn a_rank_log_is_read_ahead_of_its_lines_by_one_buffer_not_whole() {
-    let total = 16 << 20;
+    let total = 8 << 20;
     let (sink, _) = load_generated(total, Owner::Rank(Rank(3)), training_line);
-    assert_eq!((sink.logs, sink.delivered), (0, total));
+    assert_eq!(sink.logs, 0);
+    assert!(every_byte(&sink, total), "{} of {total} bytes became lines", sink.delivered);
     assert!(sink.most_ahead <= (BUFFER_BYTES + 4096) as u64, "read {} bytes ahead of the lines given (of {total})", sink.most_ahead);
 }
 
