@@ -372,7 +372,9 @@ fn load_spooled(name: &str, mut input: impl Read, owner: Owner, stream: Stream, 
     let copy = tempfile::tempfile().and_then(|mut copy| std::io::copy(&mut input, &mut copy).map(|_| copy));
     let copy = match copy {
         Ok(c) => c,
-        Err(e) => return summary.warnings.push(format!("skipped {name}: could not copy it to a temporary file to read it ({e}; is TMPDIR writable and not full?)")),
+        Err(e) => {
+            return summary.warnings.push(format!("skipped {name}: could not copy it to a temporary file to read it ({e}; is TMPDIR writable and not full?)"))
+        }
     };
     let open = || -> std::io::Result<Box<dyn Read>> {
         let mut f = copy.try_clone()?;

@@ -24,9 +24,9 @@ mod walk;
 pub use analyze::{analyze, analyze_with_progress, Analysis};
 pub use bundle::{load_paths, rank_from_name, LoadSummary};
 pub use coroner_pipeline::LogSurvey;
-pub use progress::Progress;
 /// What the snapshot readers make of a file, as a [`Sink`] receives it.
 pub use coroner_snapshot::Facts as SnapshotFacts;
+pub use progress::Progress;
 
 use coroner_model::{LogLine, ProcessEnd, SnapshotSummary};
 use coroner_pipeline::JobPipeline;
