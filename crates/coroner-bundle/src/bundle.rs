@@ -1,14 +1,17 @@
 //! Finds what a path holds and feeds it to the pipeline.
 
-use crate::lines::parse_jsonl;
-use crate::logfile::{looks_like_text, split_log};
+use crate::line_reader::LineReader;
+use crate::lines::{Jsonl, MAX_RECORD_BYTES};
+use crate::plain_log::{load_plain_log, Owner};
+use crate::progress::{Progress, STEP_BYTES};
 use crate::snapshots::scan_snapshots;
 use crate::walk::{Entry, Scope};
 use crate::BundleError;
 use crate::Sink;
-use coroner_model::{LogLine, Nanos, ProcessEnd, Rank, Stream};
+use coroner_model::{Nanos, ProcessEnd, Rank, Stream};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// What was read, for the user.
@@ -19,6 +22,16 @@ pub struct LoadSummary {
     pub warnings: Vec<String>,
     /// The folder being read, which reads stay inside (`walk.rs`).
     scope: Scope,
+    progress: Progress,
+}
+
+impl LoadSummary {
+    /// `bytes` more of the input were read.
+    pub(crate) fn read(&mut self, bytes: u64, sink: &mut dyn Sink) {
+        self.progress.bytes += bytes;
+        self.progress.files = self.files;
+        sink.progress(&self.progress);
+    }
 }
 
 /// Files in a bundle folder that are never inputs: answer keys and other tools' output.
@@ -26,7 +39,8 @@ const NOT_INPUTS: &[&str] = &["truth.json", "fr_trace_analysis.txt", "fr_trace_e
 
 /// Reads every path into the sink and marks the job finished.
 pub fn load_paths(paths: &[PathBuf], sink: &mut dyn Sink) -> Result<LoadSummary, BundleError> {
-    let mut summary = LoadSummary::default();
+    let mut summary = LoadSummary { progress: crate::progress::measure(paths), ..Default::default() };
+    sink.progress(&summary.progress);
     for path in paths {
         if path.as_os_str() == "-" {
             summary.scope = Scope::anything();
@@ -79,26 +93,51 @@ fn file_name(p: &Path) -> String {
 
 /// A file's bytes; anything that is not a readable regular file (inside the folder being read)
 /// becomes a warning.
-fn read(path: &Path, summary: &mut LoadSummary) -> Option<Vec<u8>> {
-    match summary.scope.classify(path) {
-        Entry::File => {}
-        Entry::Dir => {
-            summary.warnings.push(format!("skipped {}: a folder where a file was expected", path.display()));
-            return None;
-        }
-        Entry::Skip(why) => {
-            summary.warnings.push(format!("skipped {}: {why}", path.display()));
-            return None;
-        }
+fn read(path: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Option<Vec<u8>> {
+    if !readable(path, summary) {
+        return None;
     }
     match std::fs::read(path) {
         Ok(b) => {
             summary.files += 1;
+            summary.read(b.len() as u64, sink);
             Some(b)
         }
         Err(e) => {
             summary.warnings.push(format!("skipped {}: {e}", path.display()));
             None
+        }
+    }
+}
+
+/// Opens a file to stream it; as [`read`], anything else becomes a warning.
+fn open(path: &Path, summary: &mut LoadSummary) -> Option<std::fs::File> {
+    if !readable(path, summary) {
+        return None;
+    }
+    match std::fs::File::open(path) {
+        Ok(f) => {
+            summary.files += 1;
+            Some(f)
+        }
+        Err(e) => {
+            summary.warnings.push(format!("skipped {}: {e}", path.display()));
+            None
+        }
+    }
+}
+
+/// Whether `path` is a regular file inside the folder being read; else a warning says why not.
+fn readable(path: &Path, summary: &mut LoadSummary) -> bool {
+    match summary.scope.classify(path) {
+        Entry::File => true,
+        Entry::Dir => {
+            summary.warnings.push(format!("skipped {}: a folder where a file was expected", path.display()));
+            false
+        }
+        Entry::Skip(why) => {
+            summary.warnings.push(format!("skipped {}: {why}", path.display()));
+            false
         }
     }
 }
@@ -112,11 +151,35 @@ fn mtime_ns(path: &Path) -> Nanos {
         .unwrap_or(0)
 }
 
-fn push_all(sink: &mut dyn Sink, lines: Vec<LogLine>, summary: &mut LoadSummary) {
-    summary.lines += lines.len() as u64;
-    for l in lines {
-        sink.line(l);
+/// A `lines.jsonl` file, one record at a time; how many lines it gave.
+fn load_jsonl(path: &Path, rank: Option<Rank>, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Option<u64> {
+    let name = file_name(path);
+    let file = open(path, summary)?;
+    let mut records = LineReader::with_limit(file, MAX_RECORD_BYTES);
+    let mut jsonl = Jsonl::new(rank);
+    let (mut n, mut counted) = (0, 0);
+    loop {
+        match records.next_line() {
+            Ok(Some(raw)) => {
+                if let Some(line) = jsonl.line(&raw, &mut summary.warnings, &name) {
+                    sink.line(line);
+                    n += 1;
+                }
+                if records.consumed() - counted >= STEP_BYTES {
+                    summary.read(records.consumed() - counted, sink);
+                    counted = records.consumed();
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                summary.warnings.push(format!("{name}: reading stopped after {} bytes ({e}); the lines before are kept", records.consumed()));
+                break;
+            }
+        }
     }
+    summary.read(records.consumed() - counted, sink);
+    summary.lines += n;
+    Some(n)
 }
 
 #[derive(Deserialize)]
@@ -144,13 +207,13 @@ struct ExitRecord {
 
 fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Result<(), BundleError> {
     let mut world_size = None;
-    if let Some(bytes) = optional(dir, "meta.json", summary) {
+    if let Some(bytes) = optional(dir, "meta.json", sink, summary) {
         match serde_json::from_slice::<Meta>(&bytes) {
             Ok(m) => world_size = m.world_size,
             Err(e) => summary.warnings.push(format!("meta.json is not valid ({e}); ignored")),
         }
     }
-    if let Some(bytes) = optional(dir, "exits.json", summary) {
+    if let Some(bytes) = optional(dir, "exits.json", sink, summary) {
         match serde_json::from_slice::<Exits>(&bytes) {
             Ok(exits) => {
                 world_size = world_size.or(exits.world_size);
@@ -175,9 +238,7 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
     for path in &files {
         let name = file_name(path);
         if let Some(rank) = name.strip_prefix("rank").and_then(|r| r.strip_suffix(".lines.jsonl")).and_then(|r| r.parse::<u32>().ok()) {
-            if let Some(bytes) = read(path, summary) {
-                let lines = parse_jsonl(&bytes, Some(Rank(rank)), &mut summary.warnings, &name);
-                push_all(sink, lines, summary);
+            if load_jsonl(path, Some(Rank(rank)), sink, summary).is_some() {
                 ranks_with_lines.push(rank);
             }
         }
@@ -189,31 +250,28 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
         for (suffix, stream) in [(".stdout.log", Stream::Stdout), (".stderr.log", Stream::Stderr)] {
             if let Some(rank) = rest.strip_suffix(suffix).and_then(|r| r.parse::<u32>().ok()) {
                 if !ranks_with_lines.contains(&rank) {
-                    load_log_file(path, Some((Rank(rank), stream)), sink, summary);
+                    load_log_file(path, Some((Owner::Rank(Rank(rank)), stream)), sink, summary);
                 }
             }
         }
     }
     let mut launcher_lines = false;
-    if let Some(bytes) = optional(dir, "launcher.exit.json", summary) {
+    if let Some(bytes) = optional(dir, "launcher.exit.json", sink, summary) {
         match serde_json::from_slice::<LauncherExit>(&bytes) {
             Ok(e) => sink.launcher_end(e.returncode),
             Err(e) => summary.warnings.push(format!("launcher.exit.json is not valid ({e}); ignored")),
         }
     }
-    if let Some(bytes) = optional(dir, "launcher.lines.jsonl", summary) {
-        let lines = parse_jsonl(&bytes, None, &mut summary.warnings, "launcher.lines.jsonl");
-        launcher_lines = !lines.is_empty();
-        push_all(sink, lines, summary);
+    let launcher_jsonl = dir.join("launcher.lines.jsonl");
+    let jsonl_lines = std::fs::symlink_metadata(&launcher_jsonl).is_ok().then(|| load_jsonl(&launcher_jsonl, None, sink, summary)).flatten();
+    if let Some(n) = jsonl_lines {
+        launcher_lines = n > 0;
     } else {
         for (name, stream) in [("launcher.stdout.log", Stream::Stdout), ("launcher.stderr.log", Stream::Stderr)] {
             let p = dir.join(name);
             if std::fs::symlink_metadata(&p).is_ok() {
                 launcher_lines = true;
-                let mtime = mtime_ns(&p);
-                if let Some(bytes) = read(&p, summary) {
-                    push_all(sink, split_log(&bytes, None, stream, mtime), summary);
-                }
+                load_log_file(&p, Some((Owner::Launcher, stream)), sink, summary);
             }
         }
     }
@@ -228,9 +286,9 @@ fn load_bundle(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Re
     Ok(())
 }
 
-fn optional(dir: &Path, name: &str, summary: &mut LoadSummary) -> Option<Vec<u8>> {
+fn optional(dir: &Path, name: &str, sink: &mut dyn Sink, summary: &mut LoadSummary) -> Option<Vec<u8>> {
     let p = dir.join(name);
-    std::fs::symlink_metadata(&p).is_ok().then(|| read(&p, summary)).flatten()
+    std::fs::symlink_metadata(&p).is_ok().then(|| read(&p, sink, summary)).flatten()
 }
 
 /// Whether a bundle's top-level entry is one the format (or a tool beside it) defines.
@@ -276,7 +334,7 @@ fn load_torchrun_logs(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary
             for (name, stream) in [("stdout.log", Stream::Stdout), ("stderr.log", Stream::Stderr)] {
                 let p = local.join(name);
                 if p.is_file() {
-                    load_log_file(&p, Some((Rank(l), stream)), sink, summary);
+                    load_log_file(&p, Some((Owner::Rank(Rank(l)), stream)), sink, summary);
                 }
             }
         }
@@ -303,65 +361,75 @@ fn load_folder(dir: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary, depth
 
 /// `-`: one log read from standard input (a pasted traceback, `kubectl logs ... | coroner analyze -`).
 fn load_stdin(sink: &mut dyn Sink, summary: &mut LoadSummary) -> Result<(), BundleError> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::io::stdin().read_to_end(&mut bytes).map_err(|e| BundleError::Io { path: PathBuf::from("-"), source: e })?;
     summary.files += 1;
-    let now = coroner_model::now_ns();
-    load_log_bytes("standard input", &bytes, None, Stream::File, now, sink, summary);
+    load_spooled("standard input", std::io::stdin().lock(), Owner::Unknown, Stream::File, sink, summary);
     Ok(())
 }
 
-/// One plain log file. Its rank and stream come from `known`, else from its name; without a rank
-/// in the name it is a combined log whose lines are filed by their prefixes.
-fn load_log_file(path: &Path, known: Option<(Rank, Stream)>, sink: &mut dyn Sink, summary: &mut LoadSummary) {
-    let Some(bytes) = read(path, summary) else { return };
-    if known.is_none() && load_loose_dump(path, &bytes, sink) {
+/// A log that can be read only once (standard input, a FIFO): copied to an unnamed temporary
+/// file first, so that it too is read twice and never held in memory.
+fn load_spooled(name: &str, mut input: impl Read, owner: Owner, stream: Stream, sink: &mut dyn Sink, summary: &mut LoadSummary) {
+    let copy = tempfile::tempfile().and_then(|mut copy| std::io::copy(&mut input, &mut copy).map(|_| copy));
+    let copy = match copy {
+        Ok(c) => c,
+        Err(e) => {
+            return summary.warnings.push(format!("skipped {name}: could not copy it to a temporary file to read it ({e}; is TMPDIR writable and not full?)"))
+        }
+    };
+    let open = || -> std::io::Result<Box<dyn Read>> {
+        let mut f = copy.try_clone()?;
+        f.seek(SeekFrom::Start(0))?;
+        Ok(Box::new(f))
+    };
+    load_plain_log(name, &open, owner, stream, coroner_model::now_ns(), sink, summary);
+}
+
+/// One plain log file. Its owner and stream come from `known`, else from its name; without a
+/// rank in the name it is a combined log whose lines are filed by what they show.
+fn load_log_file(path: &Path, known: Option<(Owner, Stream)>, sink: &mut dyn Sink, summary: &mut LoadSummary) {
+    if !readable(path, summary) {
         return;
     }
-    let (rank, stream) = match known {
-        Some((r, s)) => (Some(r), s),
-        None => (rank_from_name(path), stream_from_name(path)),
+    if known.is_none() && load_loose_dump(path, sink, summary) {
+        return;
+    }
+    let (owner, stream) = match known {
+        Some(k) => k,
+        None => (rank_from_name(path).map_or(Owner::Unknown, Owner::Rank), stream_from_name(path)),
     };
     let name = summary.scope.relative(path);
-    load_log_bytes(&name, &bytes, rank, stream, mtime_ns(path), sink, summary);
+    let Some(file) = open(path, summary) else { return };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        // A FIFO or `/dev/stdin` named by the user: it can be read only once.
+        return load_spooled(&name, file, owner, stream, sink, summary);
+    }
+    // The first pass reads this handle; the second reads the file again from its start.
+    let first = std::cell::Cell::new(Some(file));
+    let reopen = || -> std::io::Result<Box<dyn Read>> {
+        match first.take() {
+            Some(f) => Ok(Box::new(f)),
+            None => Ok(Box::new(std::fs::File::open(path)?)),
+        }
+    };
+    load_plain_log(&name, &reopen, owner, stream, mtime_ns(path), sink, summary);
 }
 
-/// A flight recorder dump lying among plain logs (`nccl_trace_rank_3`, `fr_3.json`): read as the
-/// snapshot of the rank its name ends with. False when the file is not one.
-fn load_loose_dump(path: &Path, bytes: &[u8], sink: &mut dyn Sink) -> bool {
+/// A flight recorder dump lying among plain logs (`nccl_trace_rank_3`, `fr_3.json`): read whole
+/// as the snapshot of the rank its name ends with. False when the file is not one (only a file
+/// whose name or first byte says it may be one is read whole).
+fn load_loose_dump(path: &Path, sink: &mut dyn Sink, summary: &mut LoadSummary) -> bool {
     let name = file_name(path);
-    let Some(s) = crate::snapshots::loose_dump(&name, bytes, false) else { return false };
+    let mut first = [0u8; 1];
+    let first = std::fs::File::open(path).and_then(|mut f| f.read(&mut first)).ok().filter(|n| *n == 1).map(|_| first[0]);
+    if !crate::snapshots::may_be_loose_dump(&name, first) {
+        return false;
+    }
+    let Ok(bytes) = std::fs::read(path) else { return false };
+    let Some(s) = crate::snapshots::loose_dump(&name, &bytes, false) else { return false };
+    summary.files += 1;
+    summary.read(bytes.len() as u64, sink);
     sink.snapshot(s.summary, s.facts, path.parent().unwrap_or(Path::new(".")));
     true
-}
-
-/// A plain log's bytes, read by whatever opened it.
-fn load_log_bytes(name: &str, bytes: &[u8], rank: Option<Rank>, stream: Stream, fallback_ns: Nanos, sink: &mut dyn Sink, summary: &mut LoadSummary) {
-    if bytes.is_empty() {
-        summary.warnings.push(format!("{name} is empty"));
-        return;
-    }
-    if !looks_like_text(&bytes[..bytes.len().min(8192)]) {
-        summary.warnings.push(format!("skipped {name}: not a text log"));
-        return;
-    }
-    let lines = split_log(bytes, rank, stream, fallback_ns);
-    let dated = |l: &LogLine| {
-        let rest = coroner_parse::prefix::split_rank_prefix(&l.bytes).rest(&l.bytes);
-        coroner_parse::time::printed_time(&String::from_utf8_lossy(&rest[..rest.len().min(256)]), fallback_ns).is_some()
-    };
-    if !bytes.is_empty() && !lines.iter().any(dated) {
-        summary.warnings.push(format!(
-            "{name}: no line carries a time of its own, so its times in the report are when the file was last written (or read), not when it happened"
-        ));
-    }
-    if rank.is_some() {
-        push_all(sink, lines, summary);
-    } else {
-        summary.lines += lines.len() as u64;
-        sink.log(name, lines);
-    }
 }
 
 /// `rank3.log`, `rank-3.err`, `worker_rank_3.out`, `node1-rank12.txt`: the number after "rank".

@@ -3,19 +3,30 @@
 //!
 //! Reading is forgiving: a file it cannot use becomes a warning and the rest is still read. Only
 //! a path that does not exist, or input with no lines at all, is an error.
+//!
+//! Memory is bounded whatever the input's size: logs are streamed line by line into the sink
+//! (`plain_log.rs`, `line_reader.rs`: a line is cut at [`MAX_LINE_BYTES`] as it is read), never
+//! read whole; only small files (a bundle's JSON, snapshots, flight recorder dumps) are.
 
 mod analyze;
+#[cfg(test)]
+mod bounded_tests;
 mod bundle;
 pub mod dumps;
+mod line_reader;
 mod lines;
 mod logfile;
+mod plain_log;
+mod progress;
 pub mod snapshots;
 mod walk;
 
-pub use analyze::{analyze, Analysis};
+pub use analyze::{analyze, analyze_with_progress, Analysis};
 pub use bundle::{load_paths, rank_from_name, LoadSummary};
+pub use coroner_pipeline::LogSurvey;
 /// What the snapshot readers make of a file, as a [`Sink`] receives it.
 pub use coroner_snapshot::Facts as SnapshotFacts;
+pub use progress::Progress;
 
 use coroner_model::{LogLine, ProcessEnd, SnapshotSummary};
 use coroner_pipeline::JobPipeline;
@@ -25,12 +36,14 @@ use std::path::Path;
 pub trait Sink {
     fn line(&mut self, line: LogLine);
     /// A whole log no session or file name owns (one `train.log`, `dmesg`, standard input),
-    /// named `source`; by default its lines are given one by one, filed by their prefixes.
-    fn log(&mut self, _source: &str, lines: Vec<LogLine>) {
-        for l in lines {
-            self.line(l);
-        }
+    /// named `source`, begins: `survey` has seen all its lines (a first pass), which then come
+    /// through [`Sink::log_line`], then [`Sink::end_log`]. By default its lines are given one by
+    /// one to [`Sink::line`], filed by their prefixes.
+    fn begin_log(&mut self, _source: &str, _survey: &LogSurvey) {}
+    fn log_line(&mut self, line: LogLine) {
+        self.line(line);
     }
+    fn end_log(&mut self) {}
     fn end(&mut self, end: ProcessEnd);
     fn world_size(&mut self, n: u32);
     /// A snapshot file, found in `bundle_dir` under `summary.name` (`summary` without highlights),
@@ -43,14 +56,22 @@ pub trait Sink {
     /// A per-node launcher's own exit status (`launcher.exit.json`).
     fn launcher_end(&mut self, _exit_code: Option<i32>) {}
     fn finished(&mut self);
+    /// How far the load has come (every [`progress::STEP_BYTES`] of a log, and per file).
+    fn progress(&mut self, _progress: &Progress) {}
 }
 
 impl Sink for JobPipeline {
     fn line(&mut self, line: LogLine) {
         self.push_line(line);
     }
-    fn log(&mut self, source: &str, lines: Vec<LogLine>) {
-        self.push_log(source, lines);
+    fn begin_log(&mut self, source: &str, survey: &LogSurvey) {
+        JobPipeline::begin_log(self, source, survey);
+    }
+    fn log_line(&mut self, line: LogLine) {
+        self.push_log_line(line);
+    }
+    fn end_log(&mut self) {
+        JobPipeline::end_log(self);
     }
     fn end(&mut self, end: ProcessEnd) {
         self.add_end(end);

@@ -1,5 +1,6 @@
 //! Plain log files: raw bytes, no capture times. Each line gets the time printed in it, or the last
-//! printed time before it (lines keep their order), so the analysis can still place them.
+//! printed time before it (lines keep their order), so the analysis can still place them
+//! ([`Stamper`], one line at a time; `plain_log.rs` reads the file).
 
 use coroner_model::{LogLine, Nanos, Rank, Stream};
 use coroner_parse::time::printed_time;
@@ -18,42 +19,60 @@ pub fn cap_line(bytes: &mut Vec<u8>) {
     coroner_model::cap_line(bytes);
 }
 
-/// Splits a raw log into lines with synthetic capture times. `fallback_ns` (the file's mtime)
-/// dates lines when nothing in the file carries a time, and picks the year for glog times.
-pub fn split_log(bytes: &[u8], rank: Option<Rank>, stream: Stream, fallback_ns: Nanos) -> Vec<LogLine> {
-    let mut raw_lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
-    if raw_lines.last().is_some_and(|l| l.is_empty()) {
-        raw_lines.pop();
+/// The time a plain log's line prints, read after any launcher prefix
+/// (`[rank3]:[E1229 10:00:01...`) in its first 256 bytes; `fallback_ns` picks the year for glog times.
+pub fn printed_time_of(line: &[u8], fallback_ns: Nanos) -> Option<Nanos> {
+    let rest = coroner_parse::prefix::split_rank_prefix(line).rest(line);
+    printed_time(&String::from_utf8_lossy(&rest[..rest.len().min(256)]), fallback_ns)
+}
+
+/// Gives a plain log's lines, in file order, their synthetic capture times: the time a line
+/// prints, else the last printed time before it, else (before the first printed time) the first
+/// one in the file, `first_known` (a first pass finds it; the file's mtime when nothing in the
+/// file carries a time). Never steps backwards: a line printed earlier than its predecessor
+/// keeps file order.
+pub struct Stamper {
+    rank: Option<Rank>,
+    stream: Stream,
+    fallback_ns: Nanos,
+    last: Nanos,
+    seq: u64,
+}
+
+impl Stamper {
+    pub fn new(rank: Option<Rank>, stream: Stream, fallback_ns: Nanos, first_known: Option<Nanos>) -> Self {
+        Stamper { rank, stream, fallback_ns, last: first_known.unwrap_or(fallback_ns), seq: 0 }
     }
-    let printed: Vec<Option<Nanos>> = raw_lines
-        .iter()
-        .map(|l| {
-            // The time a line prints comes after any launcher prefix (`[rank3]:[E1229 10:00:01...`).
-            let rest = coroner_parse::prefix::split_rank_prefix(l).rest(l);
-            let head = &rest[..rest.len().min(256)];
-            printed_time(&String::from_utf8_lossy(head), fallback_ns)
-        })
-        .collect();
-    let first_known = printed.iter().flatten().next().copied().unwrap_or(fallback_ns);
-    let mut last = first_known;
-    raw_lines
-        .into_iter()
-        .zip(printed)
-        .enumerate()
-        .map(|(i, (l, t))| {
-            // Never step backwards: a line printed earlier than its predecessor keeps file order.
-            let t = t.map_or(last, |t| t.max(last));
-            last = t;
-            let mut bytes = l.to_vec();
-            cap_line(&mut bytes);
-            LogLine { rank, stream, seq: i as u64, capture_ns: t, bytes }
-        })
-        .collect()
+
+    /// The next line of the file (already cut to the line limit).
+    pub fn stamp(&mut self, bytes: Vec<u8>) -> LogLine {
+        let t = printed_time_of(&bytes, self.fallback_ns).map_or(self.last, |t| t.max(self.last));
+        self.last = t;
+        let line = LogLine { rank: self.rank, stream: self.stream, seq: self.seq, capture_ns: t, bytes };
+        self.seq += 1;
+        line
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn split_log(log: &[u8], rank: Option<Rank>, stream: Stream, fallback_ns: Nanos) -> Vec<LogLine> {
+        let raw: Vec<&[u8]> = log.strip_suffix(b"\n").unwrap_or(log).split(|b| *b == b'\n').collect();
+        let first = raw.iter().find_map(|l| printed_time_of(l, fallback_ns));
+        let mut stamper = Stamper::new(rank, stream, fallback_ns, first);
+        raw.into_iter().map(|l| stamper.stamp(l.to_vec())).collect()
+    }
+
+    #[test]
+    fn lines_before_the_first_printed_time_take_it() {
+        let log = b"no time yet\n2026-11-30 08:58:51,398 INFO step 1\n";
+        let lines = split_log(log, Some(Rank(0)), Stream::Stdout, 5);
+        assert_eq!(lines[0].capture_ns, lines[1].capture_ns);
+        assert_ne!(lines[0].capture_ns, 5);
+        assert_eq!(split_log(b"x\ny\n", None, Stream::File, 5)[1].capture_ns, 5, "no time at all: the fallback");
+    }
 
     #[test]
     fn lines_without_a_time_take_the_last_printed_one() {

@@ -32,12 +32,22 @@ pub fn fr_rank_of(name: &str) -> Option<Rank> {
 /// with: a pickle, or JSON named like a dump (`any_name`: JSON of any name, in a folder of dumps).
 /// `None` when the bytes are not a dump.
 pub fn loose_dump(name: &str, bytes: &[u8], any_name: bool) -> Option<Scanned> {
-    let named = any_name || kind_of("", name) == "flight_recorder" || name.contains("trace_rank");
+    let named = any_name || dump_name(name);
     let shaped = bytes.first() == Some(&0x80) || (named && coroner_snapshot::flight_json::is_json(bytes));
     if !shaped || coroner_snapshot::flight_recorder::parse(bytes).is_err() {
         return None;
     }
     Some(read_snapshot("flight_recorder", name, fr_rank_of(name), bytes))
+}
+
+/// Whether a loose file of this name whose first byte is `first` may be a flight recorder dump
+/// ([`loose_dump`]): only such a file is read whole; any other log is streamed.
+pub fn may_be_loose_dump(name: &str, first: Option<u8>) -> bool {
+    first == Some(0x80) || dump_name(name)
+}
+
+fn dump_name(name: &str) -> bool {
+    kind_of("", name) == "flight_recorder" || name.contains("trace_rank")
 }
 
 /// A snapshot file read from a bundle: its summary (highlights empty) and what the readers

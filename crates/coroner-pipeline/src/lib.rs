@@ -13,6 +13,7 @@ mod report_input;
 mod unranked;
 
 pub use report_input::ReportInput;
+pub use unranked::LogSurvey;
 
 use attempts::AttemptStarts;
 use coroner_analysis::live::{LiveConfig, LiveMonitor};
@@ -45,6 +46,8 @@ pub struct JobPipeline {
     live_findings: Vec<SuspectedHang>,
     /// How many processes of unknown rank were made (`push_log`), and from which logs.
     unknown_logs: u32,
+    /// The log being filed line by line (`begin_log`), if any.
+    open_log: Option<unranked::OpenLog>,
 }
 
 impl JobPipeline {
@@ -61,6 +64,7 @@ impl JobPipeline {
             live: None,
             live_findings: Vec::new(),
             unknown_logs: 0,
+            open_log: None,
         }
     }
 

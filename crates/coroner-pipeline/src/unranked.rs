@@ -29,59 +29,94 @@ pub(crate) enum Filing {
     Process { learned: Option<Rank>, per_line: bool, prefixed: usize, unprefixed: usize },
 }
 
+/// A log being filed line by line ([`JobPipeline::begin_log`]): how its filing was decided and
+/// the processes its actor prefixes named so far.
+#[derive(Debug)]
+pub(crate) struct OpenLog {
+    source: String,
+    /// `None` for a kernel log (no rank owns its lines).
+    own: Option<Rank>,
+    per_line: bool,
+    actors: BTreeMap<u32, Rank>,
+}
+
 impl JobPipeline {
     /// A whole log whose owner neither a session nor its name tells (offline input: one
     /// `train.log`, a pod log, `dmesg`), named `source` in the report's notes. Its lines are
     /// filed by what they show (`unranked.rs`): a kernel log under no rank, prefixed lines under
     /// their prefix's rank, the rest under the rank they name themselves or one process of
-    /// unknown rank.
+    /// unknown rank. [`JobPipeline::begin_log`] does the same for a log too large to hold.
     pub fn push_log(&mut self, source: &str, lines: Vec<LogLine>) {
-        let filing = if kernel_log_name(source) { Filing::Kernel } else { decide(&lines) };
-        match filing {
+        let mut survey = LogSurvey::default();
+        for l in &lines {
+            survey.see(&l.bytes);
+        }
+        self.begin_log(source, &survey);
+        for l in lines {
+            self.push_log_line(l);
+        }
+        self.end_log();
+    }
+
+    /// Starts filing a log as [`JobPipeline::push_log`] does, one line at a time and in bounded
+    /// memory: `survey` has seen every line of it first (a first pass over the file), then
+    /// each line comes through [`JobPipeline::push_log_line`], then [`JobPipeline::end_log`].
+    pub fn begin_log(&mut self, source: &str, survey: &LogSurvey) {
+        let filing = if kernel_log_name(source) { Filing::Kernel } else { survey.filing() };
+        let own = match filing {
             Filing::Kernel => {
                 self.add_note(format!(
                     "{source} is a kernel log: its lines belong to no rank; Xid and OOM-killer lines are joined to a rank by the pid or GPU they name"
                 ));
-                for mut l in lines {
-                    l.rank = None;
-                    self.push_line(l);
-                }
+                None
             }
-            Filing::Process { learned, per_line, prefixed, unprefixed } => {
-                let own = match learned {
-                    Some(r) => {
-                        self.add_note(format!("{source}: no file name or prefix gives its rank; its own lines say rank {r} (as c10d and logging formats print it), so it is read as rank {r}'s log"));
-                        r
-                    }
-                    None => {
-                        let r = Rank::unknown(self.unknown_logs);
-                        self.unknown_logs = self.unknown_logs.saturating_add(1);
-                        if unprefixed > 0 && prefixed == 0 {
-                            self.add_note(format!(
-                                "{source}: no file name, prefix or line of its own gives its rank: read as the log of one process of unknown rank"
-                            ));
-                        }
-                        self.evidence.unknown_sources.insert(r, source.to_string());
-                        r
-                    }
-                };
-                let mut actors: BTreeMap<u32, Rank> = BTreeMap::new();
-                for mut l in lines {
-                    let p = split_rank_prefix(&l.bytes);
-                    l.rank = match owner_kind(&p) {
-                        Owner::Rank => None,
-                        Owner::Own => Some(owner_of(&l, &p, own, per_line)),
-                        Owner::Process(pid) => Some(*actors.entry(pid).or_insert_with(|| {
-                            let r = Rank::unknown(self.unknown_logs);
-                            self.unknown_logs = self.unknown_logs.saturating_add(1);
-                            self.evidence.unknown_sources.insert(r, format!("{source}, pid {pid}"));
-                            r
-                        })),
-                    };
-                    self.push_line(l);
-                }
+            Filing::Process { learned: Some(r), .. } => {
+                self.add_note(format!("{source}: no file name or prefix gives its rank; its own lines say rank {r} (as c10d and logging formats print it), so it is read as rank {r}'s log"));
+                Some(r)
             }
-        }
+            Filing::Process { learned: None, prefixed, unprefixed, .. } => {
+                let r = Rank::unknown(self.unknown_logs);
+                self.unknown_logs = self.unknown_logs.saturating_add(1);
+                if unprefixed > 0 && prefixed == 0 {
+                    self.add_note(format!("{source}: no file name, prefix or line of its own gives its rank: read as the log of one process of unknown rank"));
+                }
+                self.evidence.unknown_sources.insert(r, source.to_string());
+                Some(r)
+            }
+        };
+        let per_line = matches!(filing, Filing::Process { per_line: true, .. });
+        self.open_log = Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new() });
+    }
+
+    /// One line of the log [`JobPipeline::begin_log`] opened (a line given with no log open is
+    /// filed as [`JobPipeline::push_line`] files it).
+    pub fn push_log_line(&mut self, mut line: LogLine) {
+        let Some(log) = self.open_log.as_mut() else { return self.push_line(line) };
+        let Some(own) = log.own else {
+            line.rank = None;
+            return self.push_line(line);
+        };
+        let p = split_rank_prefix(&line.bytes);
+        line.rank = match owner_kind(&p) {
+            Owner::Rank => None,
+            Owner::Own => Some(owner_of(&line, &p, own, log.per_line)),
+            Owner::Process(pid) => Some(match log.actors.get(&pid) {
+                Some(r) => *r,
+                None => {
+                    let r = Rank::unknown(self.unknown_logs);
+                    self.unknown_logs = self.unknown_logs.saturating_add(1);
+                    log.actors.insert(pid, r);
+                    self.evidence.unknown_sources.insert(r, format!("{}, pid {pid}", log.source));
+                    r
+                }
+            }),
+        };
+        self.push_line(line);
+    }
+
+    /// The log [`JobPipeline::begin_log`] opened is over.
+    pub fn end_log(&mut self) {
+        self.open_log = None;
     }
 }
 
@@ -147,35 +182,55 @@ pub(crate) fn kernel_log_name(source: &str) -> bool {
     ["dmesg", "kern.log", "kernel", "journalctl"].iter().any(|k| name.contains(k))
 }
 
+#[cfg(test)]
 pub(crate) fn decide(lines: &[LogLine]) -> Filing {
-    let mut kernel = 0usize;
-    let mut nonblank = 0usize;
-    let mut prefixed = 0usize;
-    let mut named = BTreeSet::new();
+    let mut survey = LogSurvey::default();
     for l in lines {
-        let text = l.text();
+        survey.see(&l.bytes);
+    }
+    survey.filing()
+}
+
+/// What a first look at every line of a log without an owner found, one line at a time (its
+/// memory is the set of ranks its lines name): what [`JobPipeline::begin_log`] files it by.
+#[derive(Debug, Clone, Default)]
+pub struct LogSurvey {
+    kernel: usize,
+    nonblank: usize,
+    prefixed: usize,
+    named: BTreeSet<u32>,
+}
+
+impl LogSurvey {
+    /// One line of the log, in order.
+    pub fn see(&mut self, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
         if text.trim().is_empty() {
-            continue;
+            return;
         }
-        nonblank += 1;
+        self.nonblank += 1;
         let p = split_rank_prefix(text.as_bytes());
         let rest = String::from_utf8_lossy(p.rest(text.as_bytes()));
-        kernel += usize::from(looks_like_kernel_line(&rest));
+        self.kernel += usize::from(looks_like_kernel_line(&rest));
         match owner_kind(&p) {
-            Owner::Rank => prefixed += 1,
+            Owner::Rank => self.prefixed += 1,
             Owner::Process(_) => {}
             Owner::Own => {
                 if let Some(r) = self_described(&rest) {
-                    named.insert(r);
+                    self.named.insert(r);
                 }
             }
         }
     }
-    if nonblank > 0 && kernel * 2 > nonblank {
-        return Filing::Kernel;
+
+    /// How the log is filed (pure; see the module doc).
+    pub(crate) fn filing(&self) -> Filing {
+        if self.nonblank > 0 && self.kernel * 2 > self.nonblank {
+            return Filing::Kernel;
+        }
+        let learned = if self.named.len() == 1 { self.named.first().copied().map(Rank) } else { None };
+        Filing::Process { learned, per_line: self.named.len() > 1, prefixed: self.prefixed, unprefixed: self.nonblank - self.prefixed }
     }
-    let learned = if named.len() == 1 { named.first().copied().map(Rank) } else { None };
-    Filing::Process { learned, per_line: named.len() > 1, prefixed, unprefixed: nonblank - prefixed }
 }
 
 /// What a line's prefixes say about its owner.

@@ -14,6 +14,7 @@
 mod agent;
 mod ingest;
 mod load;
+mod offline_logs;
 mod parse;
 mod report;
 mod scrape;
@@ -57,6 +58,9 @@ enum Command {
     Load(load::LoadArgs),
     /// What one /metrics scrape costs with 10 and with 10,000 job rows (docs/PERFORMANCE.md).
     Scrape(scrape::ScrapeArgs),
+    /// Writes a folder of rank logs and a combined log of a synthetic job, the input of the
+    /// offline memory figures (`/usr/bin/time -v coroner analyze DIR/ranks`; docs/PERFORMANCE.md).
+    OfflineLogs(offline_logs::OfflineLogsArgs),
 }
 
 /// How much of everything one run does.
@@ -126,6 +130,7 @@ fn main() -> Result<()> {
     match cli.command {
         Some(Command::Load(args)) => return load::main(args),
         Some(Command::Scrape(args)) => return scrape::main(args),
+        Some(Command::OfflineLogs(args)) => return offline_logs::main(args),
         Some(Command::Field { args }) => {
             let code = coroner_field::cli::main(&args).map_err(anyhow::Error::msg)?;
             std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });

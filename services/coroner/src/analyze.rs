@@ -9,7 +9,10 @@ use std::process::ExitCode;
 pub fn run(paths: &[PathBuf], json: bool, job: Option<String>, rules: Option<&Path>, history: Option<&str>) -> anyhow::Result<ExitCode> {
     let rules = load_rules(rules)?;
     let job = job.unwrap_or_else(|| default_job_id(&paths[0]));
-    let coroner_bundle::Analysis { mut report, summary, pipeline } = coroner_bundle::analyze(paths, &job, &rules)?;
+    let bar = crate::progress_bar::Bar::on_stderr(!json);
+    let analysis = coroner_bundle::analyze_with_progress(paths, &job, &rules, &mut |p| bar.update(p));
+    bar.clear();
+    let coroner_bundle::Analysis { mut report, summary, pipeline } = analysis?;
     for w in &summary.warnings {
         crate::say_err!("coroner: warning: {w}");
     }

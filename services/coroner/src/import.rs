@@ -1,47 +1,94 @@
 //! `coroner import`: reads a bundle or logs like `analyze` does and ships them to coronerd over the
 //! same ingest protocol the agents speak, one session per rank, capture times preserved.
+//!
+//! Memory is bounded whatever the input's size: a loader thread reads the input as `analyze`
+//! does (line by line, `coroner_bundle`) and hands lines over in chunks through a channel of a
+//! few chunks; the shipper (`import/shipper.rs`) sends each rank's lines as they come, in
+//! batches of at most [`shipper::BATCH_LINES`] lines or [`shipper::BATCH_BYTES`], with at most
+//! [`shipper::IN_FLIGHT_BATCHES`] queued per stream beside HTTP/2's flow control. Process ends
+//! and snapshots (one small record each) are sent after the lines.
+
+mod shipper;
 
 use anyhow::{bail, Context};
-use coroner_bundle::Sink;
+use coroner_bundle::{Progress, Sink};
 use coroner_model::{LogLine, ProcessEnd, Rank, SnapshotSummary};
 use coroner_proto::auth::Channel;
-use coroner_proto::convert::line_to_wire;
 use coroner_proto::v1::{self, ingest_client::IngestClient};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tokio::sync::mpsc;
 
-const BATCH_LINES: usize = 2000;
 const CHUNK_BYTES: usize = 1 << 20;
+/// Lines the loader hands over at once, and the bytes at which a chunk goes sooner.
+const HANDOVER_LINES: usize = 1024;
+const HANDOVER_BYTES: usize = 1 << 20;
+/// Chunks waiting between the loader and the shipper.
+const HANDOVER_CHUNKS: usize = 4;
 
-#[derive(Default)]
-struct Collected {
-    lines: BTreeMap<Option<Rank>, Vec<LogLine>>,
-    ends: Vec<ProcessEnd>,
-    world_size: Option<u32>,
-    snapshots: Vec<(SnapshotSummary, PathBuf)>,
-    notes: Vec<String>,
+/// What the loader thread hands the shipper.
+enum Item {
+    Lines(Vec<LogLine>),
+    End(ProcessEnd),
+    WorldSize(u32),
+    Snapshot(SnapshotSummary, PathBuf),
+    Note(String),
 }
 
-impl Sink for Collected {
+/// The sink the loader thread reads into: lines in chunks down a bounded channel (the loader
+/// waits while the shipper is behind), the progress to the bar.
+struct Handover {
+    tx: mpsc::Sender<Item>,
+    chunk: Vec<LogLine>,
+    chunk_bytes: usize,
+    bar: crate::progress_bar::Bar,
+}
+
+impl Handover {
+    fn send(&mut self, item: Item) {
+        // A closed channel means the shipper failed; its error is what the user sees.
+        let _ = self.tx.blocking_send(item);
+    }
+
+    fn flush(&mut self) {
+        if !self.chunk.is_empty() {
+            let chunk = std::mem::take(&mut self.chunk);
+            self.chunk_bytes = 0;
+            self.send(Item::Lines(chunk));
+        }
+    }
+}
+
+impl Sink for Handover {
     fn line(&mut self, line: LogLine) {
-        self.lines.entry(line.rank).or_default().push(line);
+        self.chunk_bytes += line.bytes.len();
+        self.chunk.push(line);
+        if self.chunk.len() >= HANDOVER_LINES || self.chunk_bytes >= HANDOVER_BYTES {
+            self.flush();
+        }
     }
     fn end(&mut self, end: ProcessEnd) {
-        self.ends.push(end);
+        self.send(Item::End(end));
     }
     fn world_size(&mut self, n: u32) {
-        self.world_size = Some(n);
+        self.flush();
+        self.send(Item::WorldSize(n));
     }
     fn snapshot(&mut self, summary: SnapshotSummary, _facts: coroner_bundle::SnapshotFacts, bundle_dir: &Path) {
         let path = bundle_dir.join(&summary.name);
-        self.snapshots.push((summary, path));
+        self.send(Item::Snapshot(summary, path));
     }
     fn note(&mut self, note: String) {
-        self.notes.push(note);
+        self.send(Item::Note(note));
     }
-    fn finished(&mut self) {}
+    fn finished(&mut self) {
+        self.flush();
+    }
+    fn progress(&mut self, progress: &Progress) {
+        self.bar.update(progress);
+    }
 }
 
 /// The host each rank's session names: the bundle does not say where its ranks ran, so the
@@ -88,93 +135,62 @@ impl Hosts {
 
 pub async fn run(server: &crate::remote::Server, paths: &[PathBuf], job: &str, hosts: &Hosts) -> anyhow::Result<ExitCode> {
     coroner_model::JobId::parse(job).with_context(|| format!("job id {job:?}"))?;
-    let mut collected = Collected::default();
-    coroner_bundle::load_paths(paths, &mut collected)?;
-    for n in &collected.notes {
+    for p in paths.iter().filter(|p| p.as_os_str() != "-") {
+        if std::fs::symlink_metadata(p).is_err() {
+            bail!("{} does not exist", p.display());
+        }
+    }
+    let client = IngestClient::new(crate::remote::channel(server).await?);
+    let bar = crate::progress_bar::Bar::on_stderr(true);
+    let (tx, mut rx) = mpsc::channel(HANDOVER_CHUNKS);
+    let loader = {
+        let (paths, bar) = (paths.to_vec(), bar.clone());
+        std::thread::spawn(move || coroner_bundle::load_paths(&paths, &mut Handover { tx, chunk: Vec::new(), chunk_bytes: 0, bar }))
+    };
+    let mut ship = shipper::Shipper::new(client.clone(), job, hosts);
+    let (mut ends, mut snapshots, mut notes) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(item) = rx.recv().await {
+        match item {
+            Item::Lines(lines) => {
+                for l in lines {
+                    ship.line(l).await?;
+                }
+            }
+            Item::End(e) => ends.push(e),
+            Item::WorldSize(n) => ship.world_size = Some(n),
+            Item::Snapshot(s, p) => snapshots.push((s, p)),
+            Item::Note(n) => notes.push(n),
+        }
+    }
+    ship.close_stream().await?;
+    bar.clear();
+    let loaded = tokio::task::spawn_blocking(move || loader.join()).await.context("wait for the reader")?;
+    loaded.map_err(|_| anyhow::anyhow!("reading the input failed unexpectedly (a bug: please report it)"))??;
+    for n in &notes {
         crate::say_err!("coroner: warning: {n}");
     }
-    let mut client = IngestClient::new(crate::remote::channel(server).await?);
-    let mut total = 0usize;
-    let mut ranks: Vec<Option<Rank>> = collected.lines.keys().copied().collect();
-    for end in &collected.ends {
-        if !ranks.contains(&Some(end.rank)) {
-            ranks.push(Some(end.rank));
-        }
+    let mut client = client;
+    for end in &ends {
+        let session = ship.session(Some(end.rank)).await?;
+        client
+            .report_exit(v1::ProcessExit {
+                session_id: session,
+                rank: Some(end.rank.0),
+                exit_code: end.exit_code,
+                signal: end.signal,
+                at_ns: end.at_ns.unwrap_or(0),
+                dropped_lines: 0,
+                notes: Vec::new(),
+            })
+            .await
+            .context("report a process end")?;
     }
-    for rank in ranks {
-        let session = open(&mut client, job, rank, collected.world_size, hosts.of(rank)).await?;
-        if let Some(lines) = collected.lines.get(&rank) {
-            total += ship(&mut client, &session, lines).await?;
-        }
-        for end in collected.ends.iter().filter(|e| Some(e.rank) == rank) {
-            client
-                .report_exit(v1::ProcessExit {
-                    session_id: session.clone(),
-                    rank: Some(end.rank.0),
-                    exit_code: end.exit_code,
-                    signal: end.signal,
-                    at_ns: end.at_ns.unwrap_or(0),
-                    dropped_lines: 0,
-                    notes: Vec::new(),
-                })
-                .await
-                .context("report a process end")?;
-        }
-        for (summary, path) in collected.snapshots.iter().filter(|(s, _)| s.rank == rank) {
-            upload(&mut client, &session, summary, path).await?;
-        }
+    for (summary, path) in &snapshots {
+        let session = ship.session(summary.rank).await?;
+        upload(&mut client, &session, summary, path).await?;
     }
-    // Snapshots of no rank (host/) go with a rankless session.
-    let rankless: Vec<_> = collected.snapshots.iter().filter(|(s, _)| s.rank.is_none()).collect();
-    if !rankless.is_empty() {
-        let session = open(&mut client, job, None, collected.world_size, hosts.of(None)).await?;
-        for (summary, path) in rankless {
-            upload(&mut client, &session, summary, path).await?;
-        }
-    }
-    crate::say_err!("coroner: imported {total} lines and {} snapshots as job {job}", collected.snapshots.len());
+    crate::say_err!("coroner: imported {} lines and {} snapshots as job {job}", ship.total_lines, snapshots.len());
     Ok(ExitCode::SUCCESS)
-}
-
-async fn open(client: &mut IngestClient<Channel>, job: &str, rank: Option<Rank>, world: Option<u32>, host: String) -> anyhow::Result<String> {
-    let resp = client
-        .open_session(v1::OpenSessionRequest {
-            job_id: job.to_string(),
-            rank: rank.map(|r| r.0),
-            world_size: world,
-            host,
-            launcher: if rank.is_some() { "import".into() } else { "import-launcher".into() },
-            agent_instance: format!("import-{}", std::process::id()),
-            ..Default::default()
-        })
-        .await
-        .context("open an ingest session")?;
-    Ok(resp.into_inner().session_id)
-}
-
-async fn ship(client: &mut IngestClient<Channel>, session: &str, lines: &[LogLine]) -> anyhow::Result<usize> {
-    let batches: Vec<v1::LogBatch> = lines
-        .chunks(BATCH_LINES)
-        .enumerate()
-        .map(|(i, chunk)| v1::LogBatch {
-            session_id: session.to_string(),
-            batch_id: i as u64,
-            lines: chunk.iter().map(line_to_wire).collect(),
-            clock: Vec::new(),
-            spool_backlog: 0,
-        })
-        .collect();
-    let expected = batches.len();
-    let mut acks = client.ship_logs(tokio_stream::iter(batches)).await.context("ship log batches")?.into_inner();
-    let mut acked = 0;
-    while let Some(ack) = acks.message().await.context("wait for acknowledgements")? {
-        let _ = ack;
-        acked += 1;
-    }
-    if acked != expected {
-        bail!("coronerd acknowledged {acked} of {expected} batches; run the import again (it is idempotent)");
-    }
-    Ok(lines.len())
 }
 
 async fn upload(client: &mut IngestClient<Channel>, session: &str, s: &SnapshotSummary, path: &Path) -> anyhow::Result<()> {

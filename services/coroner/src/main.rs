@@ -6,6 +6,7 @@ mod delete;
 mod fr;
 mod import;
 mod outcome;
+mod progress_bar;
 mod remote;
 mod search;
 mod snapshot;
