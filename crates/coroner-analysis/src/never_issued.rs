@@ -79,11 +79,8 @@ mod tests {
 
     /// The scan this replaces, as the reference.
     fn scan(p: &Progress, seq: u64, rank: u32, culprit: u32) -> Option<Rank> {
-        let never: Vec<Rank> = p.groups[&PgId::default_pg()]
-            .iter()
-            .filter(|(r, p)| r.0 != rank && p.last_enqueued.is_some_and(|e| e < SeqNo(seq)))
-            .map(|(r, _)| *r)
-            .collect();
+        let never: Vec<Rank> =
+            p.groups[&PgId::default_pg()].iter().filter(|(r, p)| r.0 != rank && p.last_enqueued.is_some_and(|e| e < SeqNo(seq))).map(|(r, _)| *r).collect();
         if never.contains(&Rank(culprit)) {
             Some(Rank(culprit))
         } else {
@@ -100,7 +97,11 @@ mod tests {
         for seq in 0..15 {
             for rank in 0..97 {
                 for culprit in [0, 5, 40, 96, 200] {
-                    assert_eq!(index.parent(&PgId::default_pg(), SeqNo(seq), Rank(rank), Rank(culprit)), scan(&p, seq, rank, culprit), "seq {seq} rank {rank} culprit {culprit}");
+                    assert_eq!(
+                        index.parent(&PgId::default_pg(), SeqNo(seq), Rank(rank), Rank(culprit)),
+                        scan(&p, seq, rank, culprit),
+                        "seq {seq} rank {rank} culprit {culprit}"
+                    );
                 }
             }
         }

@@ -497,7 +497,10 @@ mod tests {
         let mut p = RankParser::new(Some(Rank(3)));
         let mut out = Vec::new();
         for (seq, text) in lines.iter().enumerate() {
-            p.push(&LogLine { rank: Some(Rank(3)), stream: Stream::Stderr, seq: seq as u64, capture_ns: seq as i64, bytes: text.as_bytes().to_vec() }, &mut out);
+            p.push(
+                &LogLine { rank: Some(Rank(3)), stream: Stream::Stderr, seq: seq as u64, capture_ns: seq as i64, bytes: text.as_bytes().to_vec() },
+                &mut out,
+            );
         }
         let (mut copied, mut finished) = (Vec::new(), Vec::new());
         p.finish_copy(&mut copied);

@@ -95,7 +95,15 @@ pub fn run(shape: Shape) -> LiveFigures {
         suspect_ok &= ranks == [stopped];
         found = format!("{ranks:?} ({})", suspects.first().map_or("-", |s| s.why.as_str()));
     }
-    LiveFigures { lines, ingest_s, p50_ms: median(&mut wall), max_ms: wall.iter().copied().fold(0.0, f64::max), cpu_p50_ms: median(&mut cpu), suspect_ok, found }
+    LiveFigures {
+        lines,
+        ingest_s,
+        p50_ms: median(&mut wall),
+        max_ms: wall.iter().copied().fold(0.0, f64::max),
+        cpu_p50_ms: median(&mut cpu),
+        suspect_ok,
+        found,
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {

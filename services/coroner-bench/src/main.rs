@@ -13,9 +13,9 @@
 
 mod agent;
 mod ingest;
+mod live;
 mod load;
 mod parse;
-mod live;
 mod report;
 mod scrape;
 mod search;
