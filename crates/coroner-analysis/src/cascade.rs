@@ -16,6 +16,7 @@
 use crate::classified::{Classified, ClassifiedJob};
 use crate::clock::ClockModel;
 use crate::evidence::JobEvidence;
+use crate::never_issued::NeverIssued;
 use crate::progress::{normalize_pg, Progress};
 use crate::rules::RuleSet;
 use coroner_model::{format_rfc3339_ns, CascadeLink, EventKind, Nanos, PeerRef, PgId, ProcessEndCause, Rank, Role};
@@ -105,11 +106,12 @@ pub fn build(
 ) -> Vec<CascadeLink> {
     let Some(culprit) = culprit else { return Vec::new() };
     let placement = Placement::new(evidence);
+    let never_issued = NeverIssued::new(progress);
     let mut victims: Vec<Victim> = evidence
         .all_ranks()
         .into_iter()
         .filter(|r| *r != culprit)
-        .filter_map(|r| victim(r, evidence, job, rules, clock, progress, &placement, culprit))
+        .filter_map(|r| victim(r, evidence, job, rules, clock, &never_issued, &placement, culprit))
         .collect();
     victims.sort_by_key(|v| (v.aligned_ns, v.rank));
 
@@ -179,13 +181,13 @@ fn victim(
     job: &ClassifiedJob<'_>,
     rules: &RuleSet,
     clock: &ClockModel,
-    progress: &Progress,
+    never_issued: &NeverIssued<'_>,
     placement: &Placement<'_>,
     culprit: Rank,
 ) -> Option<Victim> {
     if let Some(s) = job.first_symptom(rank) {
         let how = s.rule.and_then(|rule| rule.summary.clone()).unwrap_or_else(|| s.event.kind.name().replace('_', " "));
-        let (parent, collective) = parent_of_symptom(rank, s, job, progress, placement, culprit);
+        let (parent, collective) = parent_of_symptom(rank, s, job, never_issued, placement, culprit);
         return Some(Victim {
             rank,
             aligned_ns: s.aligned_ns,
@@ -212,7 +214,7 @@ fn parent_of_symptom(
     rank: Rank,
     s: &Classified<'_>,
     job: &ClassifiedJob<'_>,
-    progress: &Progress,
+    never_issued: &NeverIssued<'_>,
     placement: &Placement<'_>,
     culprit: Rank,
 ) -> (Option<(Rank, &'static str)>, Option<String>) {
@@ -228,12 +230,7 @@ fn parent_of_symptom(
                 Some(n) => format!("{op} seq {seq} of process group {pg} ({n} elements)"),
                 None => format!("{op} seq {seq} of process group {pg}"),
             });
-            let never_issued: Vec<Rank> = progress
-                .groups
-                .get(&pg)
-                .map(|ranks| ranks.iter().filter(|(r, p)| **r != rank && p.last_enqueued.is_some_and(|e| e < *seq)).map(|(r, _)| *r).collect())
-                .unwrap_or_default();
-            let pick = if never_issued.contains(&culprit) { Some(culprit) } else { never_issued.first().copied() };
+            let pick = never_issued.parent(&pg, *seq, rank, culprit);
             (pick.map(|p| (p, "never issued the collective it waited in")), collective)
         }
         EventKind::LauncherSignal { .. } => (first_failed_on_host(rank, job, placement, culprit).map(|p| (p, "same host's launcher stopped it")), None),
@@ -301,7 +298,7 @@ mod tests {
             });
         }
         for ev in evidence.ranks.values_mut() {
-            ev.events.sort_by_key(|e| e.capture_ns);
+            std::sync::Arc::make_mut(ev).events.sort_by_key(|e| e.capture_ns);
         }
         crate::analyze(&evidence, &RuleSet::builtin())
     }
@@ -353,10 +350,10 @@ mod tests {
         };
         let closed = |peer: PeerRef| EventKind::ConnectionClosed { peer: Some(peer), transport: "nccl".into() };
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
-        ev.ranks.insert(Rank(0), rank_on("a", vec![status(0, 31, 11, 10), event(0, 30, closed(PeerRef::Rank(Rank(2))), "Connection closed by rank 2")]));
-        ev.ranks.insert(Rank(1), rank_on("a", vec![timeout(1, 40, 11), status(1, 41, 11, 10)]));
-        ev.ranks.insert(Rank(2), rank_on("b", vec![status(2, 21, 11, 10), event(2, 20, closed(PeerRef::LocalRank(1)), "Connection closed by localRank 1")]));
-        ev.ranks.insert(Rank(3), rank_on("b", vec![status(3, 11, 10, 10), event(3, 10, oom, "torch.OutOfMemoryError: CUDA out of memory.")]));
+        ev.insert_rank(Rank(0), rank_on("a", vec![status(0, 31, 11, 10), event(0, 30, closed(PeerRef::Rank(Rank(2))), "Connection closed by rank 2")]));
+        ev.insert_rank(Rank(1), rank_on("a", vec![timeout(1, 40, 11), status(1, 41, 11, 10)]));
+        ev.insert_rank(Rank(2), rank_on("b", vec![status(2, 21, 11, 10), event(2, 20, closed(PeerRef::LocalRank(1)), "Connection closed by localRank 1")]));
+        ev.insert_rank(Rank(3), rank_on("b", vec![status(3, 11, 10, 10), event(3, 10, oom, "torch.OutOfMemoryError: CUDA out of memory.")]));
         for r in 0..4 {
             ev.ends.push(ProcessEnd { rank: Rank(r), exit_code: Some(1), signal: None, at_ns: None });
         }
@@ -374,12 +371,12 @@ mod tests {
         // failure follows from the culprit, not from rank 2.
         let oom = EventKind::Exception { exc_type: "torch.OutOfMemoryError".into(), message: "CUDA out of memory.".into(), frames: Vec::new() };
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(3), finished: true, ..Default::default() };
-        ev.ranks.insert(
+        ev.insert_rank(
             Rank(0),
             rank_on("a", vec![event(0, 20, EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(Rank(2))), transport: "nccl".into() }, "closed")]),
         );
-        ev.ranks.insert(Rank(1), rank_on("a", vec![event(1, 10, oom, "torch.OutOfMemoryError: CUDA out of memory.")]));
-        ev.ranks.insert(Rank(2), rank_on("b", vec![timeout(2, 60, 11)]));
+        ev.insert_rank(Rank(1), rank_on("a", vec![event(1, 10, oom, "torch.OutOfMemoryError: CUDA out of memory.")]));
+        ev.insert_rank(Rank(2), rank_on("b", vec![timeout(2, 60, 11)]));
         let report = analyze(ev);
         assert_eq!(link(&report, 0).caused_by, Some(Rank(1)));
         assert_eq!(link(&report, 0).depth, 1);
@@ -389,10 +386,10 @@ mod tests {
     fn a_launcher_sigterm_points_at_the_rank_that_failed_on_the_same_host() {
         let oom = EventKind::Exception { exc_type: "torch.OutOfMemoryError".into(), message: "CUDA out of memory.".into(), frames: Vec::new() };
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
-        ev.ranks.insert(Rank(0), rank_on("a", vec![event(0, 10, oom, "torch.OutOfMemoryError: CUDA out of memory.")]));
-        ev.ranks.insert(Rank(1), rank_on("a", vec![]));
+        ev.insert_rank(Rank(0), rank_on("a", vec![event(0, 10, oom, "torch.OutOfMemoryError: CUDA out of memory.")]));
+        ev.insert_rank(Rank(1), rank_on("a", vec![]));
         // Host b: rank 2 loses its peer, then b's launcher stops rank 3.
-        ev.ranks.insert(
+        ev.insert_rank(
             Rank(2),
             rank_on(
                 "b",
@@ -404,7 +401,7 @@ mod tests {
                 )],
             ),
         );
-        ev.ranks.insert(Rank(3), rank_on("b", vec![]));
+        ev.insert_rank(Rank(3), rank_on("b", vec![]));
         ev.ends = (0..4)
             .map(|r| ProcessEnd { rank: Rank(r), exit_code: None, signal: if r == 0 || r == 2 { None } else { Some(15) }, at_ns: Some(T0 + 15_000_000_000) })
             .collect();

@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn a_dump_signal_follows_its_detection() {
         let mut ev = JobEvidence::default();
-        ev.ranks.insert(
+        ev.insert_rank(
             Rank(0),
             RankEvidence {
                 events: vec![event(
@@ -90,7 +90,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        ev.ranks.insert(
+        ev.insert_rank(
             Rank(1),
             RankEvidence {
                 events: vec![event(1, 40, EventKind::DumpSignal { pg: None, detector: Some(Rank(0)), last_enqueued: None, last_completed: None })],

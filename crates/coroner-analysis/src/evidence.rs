@@ -4,6 +4,7 @@
 use crate::steps::{StepLog, StepMark};
 use coroner_model::{ClockSample, Event, EventKind, FrDump, Nanos, PgId, ProcessEnd, Rank, SeqNo, SnapshotSummary};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One row of a flight recorder dump's progress: the rank, the process group, and its last
 /// enqueued, started and completed collective.
@@ -14,8 +15,11 @@ pub type FrRow = (Rank, PgId, Option<SeqNo>, Option<SeqNo>, Option<SeqNo>);
 pub struct JobEvidence {
     pub job_id: String,
     pub world_size: Option<u32>,
-    /// Per global rank.
-    pub ranks: BTreeMap<Rank, RankEvidence>,
+    /// Per global rank, shared: a copy of the evidence (what a report is computed from) shares
+    /// every rank with the pipeline's, and the pipeline's next line to a rank copies that rank
+    /// alone (`rank_mut`), so a report of a 16,384-rank job copies only the ranks that changed
+    /// since the last one instead of every event.
+    pub ranks: BTreeMap<Rank, Arc<RankEvidence>>,
     /// Events from lines no rank owns (a launcher's own output, a kernel log).
     pub unowned: Vec<Event>,
     /// Hardware lines read from snapshots (a kernel log's Xid, ECC and OOM-killer lines,
@@ -48,7 +52,8 @@ pub struct JobEvidence {
 #[derive(Debug, Clone, Default)]
 pub struct RankEvidence {
     pub host: Option<String>,
-    /// In capture order; progress lines are kept apart, in `steps`.
+    /// In capture order ((capture time, sequence number), as [`RankEvidence::push`] keeps
+    /// them); progress lines are kept apart, in `steps`.
     pub events: Vec<Event>,
     /// The progress lines, compact and bounded (`steps.rs`): most of a long job's events are
     /// steps, and the analysis needs only each step's first times (the clock alignment, the pace),
@@ -62,10 +67,18 @@ pub struct RankEvidence {
 }
 
 impl RankEvidence {
-    /// Files an event: a step among the steps, anything else among the events.
+    /// Files an event: a step among the steps, anything else among the events, in capture order
+    /// (after those of the same time and number: the order a stable sort of the pushes gives).
     pub fn push(&mut self, e: Event) {
         let EventKind::Step { step } = e.kind else {
-            self.events.push(e);
+            let key = (e.capture_ns, e.line.seq);
+            // Nearly always at the end: lines arrive in capture order.
+            let at = if self.events.last().is_none_or(|l| (l.capture_ns, l.line.seq) <= key) {
+                self.events.len()
+            } else {
+                self.events.partition_point(|l| (l.capture_ns, l.line.seq) <= key)
+            };
+            self.events.insert(at, e);
             return;
         };
         self.steps.push(StepMark { step, capture_ns: e.capture_ns, printed_ns: e.printed_ns });
@@ -82,8 +95,14 @@ impl RankEvidence {
 }
 
 impl JobEvidence {
+    /// One rank's evidence to change: copied first when a copy of the evidence shares it.
     pub fn rank_mut(&mut self, rank: Rank) -> &mut RankEvidence {
-        self.ranks.entry(rank).or_default()
+        Arc::make_mut(self.ranks.entry(rank).or_default())
+    }
+
+    /// Sets one rank's evidence (for evidence built by hand).
+    pub fn insert_rank(&mut self, rank: Rank, evidence: RankEvidence) {
+        self.ranks.insert(rank, Arc::new(evidence));
     }
 
     /// Every rank the evidence mentions: those with lines, those with ends, and all below the world size.

@@ -34,7 +34,7 @@ fn left_early<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, progress: 
     let gone: Vec<Rank> = ranks
         .iter()
         .copied()
-        .filter(|r| !waiting.contains(r))
+        .filter(|r| waiting.binary_search(r).is_err())
         .filter(|r| evidence.end_of(*r).is_some_and(|e| e.succeeded()))
         .filter(|r| job.with_role(*r, Role::Root).next().is_none())
         .collect();
@@ -111,7 +111,7 @@ fn by_silence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>) -> Option<
     let silent: Vec<Rank> = ranks
         .iter()
         .copied()
-        .filter(|r| !waiting.contains(r) && captured(r))
+        .filter(|r| waiting.binary_search(r).is_err() && captured(r))
         .filter(|r| job.events(*r).iter().all(|c| !matches!(c.role, Role::Root | Role::Symptom)) && !evidence.end_of(*r).is_some_and(|e| e.succeeded()))
         .collect();
     match silent.as_slice() {

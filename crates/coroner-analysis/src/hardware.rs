@@ -236,7 +236,7 @@ mod merge_tests {
         };
         let status =
             |en| EventKind::PgStatus { pg: None, failing_seq: None, last_enqueued: Some(SeqNo(en)), last_started: None, last_completed: Some(SeqNo(10)) };
-        ev.ranks.insert(
+        ev.insert_rank(
             Rank(0),
             RankEvidence {
                 events: vec![init(0, 1000, "18000"), event(Some(0), 700, Stream::Stderr, timeout), event(Some(0), 701, Stream::Stderr, status(11))],
@@ -245,7 +245,7 @@ mod merge_tests {
                 ..Default::default()
             },
         );
-        ev.ranks.insert(
+        ev.insert_rank(
             Rank(1),
             RankEvidence {
                 events: vec![init(1, 1001, "3b000"), event(Some(1), 710, Stream::Stderr, status(10))],
@@ -313,7 +313,7 @@ mod merge_tests {
     fn nvidia_smi_ecc_errors_on_a_ranks_snapshot_sharpen_its_crash() {
         let mut ev = hang();
         let crash = EventKind::FatalSignal { what: "Segmentation fault".into(), frames: Vec::new() };
-        ev.ranks.get_mut(&Rank(1)).expect("rank 1").events.push(event(Some(1), 100, Stream::Stderr, crash));
+        ev.rank_mut(Rank(1)).events.push(event(Some(1), 100, Stream::Stderr, crash));
         assert_eq!(culprit(&analyze(&ev)), (Some(1), "segfault"));
         let ecc = "nvidia-smi: GPU 00000000:3B:00.0: 2 uncorrectable ECC errors since the driver loaded".to_string();
         ev.hardware.push(hardware_line(Some(1), EventKind::ErrorLine { message: ecc }));

@@ -27,6 +27,7 @@ mod majority;
 #[cfg(test)]
 mod mechanism_tests;
 mod mismatch;
+mod never_issued;
 mod pace;
 mod partial;
 pub mod progress;

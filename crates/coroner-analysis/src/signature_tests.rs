@@ -138,7 +138,7 @@ fn a_signature_reads_the_root_events_message_frames_and_gpu() {
     ));
     rank.events
         .push(event("init", EventKind::NcclInit { host: "vm".into(), pid: 1, rank: Rank(1), nranks: 2, cuda_dev: Some(1), bus_id: Some("18000".into()) }));
-    ev.ranks.insert(Rank(1), rank);
+    ev.insert_rank(Rank(1), rank);
 
     let s = signature(&r, Some(&ev)).expect("a failed report has a signature");
     assert_eq!(s.class, FaultClass::CudaOom);

@@ -111,8 +111,11 @@ pub(crate) struct Whole<'a> {
 pub(crate) fn evidence_in(whole: &Whole<'_>, w: &Window) -> JobEvidence {
     let e = whole.evidence;
     let mine = |ev: &coroner_model::Event| whole.starts.attempt_of(seq_lane(ev.line.seq), ev.capture_ns) == w.attempt;
-    let ranks =
-        e.ranks.iter().filter_map(|(rank, r)| Some((*rank, rank_in(r, w, &mine, whole.lines.get(&(*rank, w.attempt)).copied().unwrap_or(0))?))).collect();
+    let ranks = e
+        .ranks
+        .iter()
+        .filter_map(|(rank, r)| Some((*rank, std::sync::Arc::new(rank_in(r, w, &mine, whole.lines.get(&(*rank, w.attempt)).copied().unwrap_or(0))?))))
+        .collect();
     JobEvidence {
         job_id: e.job_id.clone(),
         world_size: e.world_size,

@@ -290,13 +290,15 @@ impl JobPipeline {
         let mut evidence = self.evidence.clone();
         for ((rank, _), parser) in &self.parsers {
             let mut out = Vec::new();
-            parser.clone().finish(&mut out);
+            parser.finish_copy(&mut out);
+            if out.is_empty() {
+                continue;
+            }
             let out = split_off_unowned(&mut evidence, *rank, out);
             file_into(&mut evidence, *rank, out);
         }
-        for ev in evidence.ranks.values_mut() {
-            ev.events.sort_by_key(|e| (e.capture_ns, e.line.seq));
-        }
+        // Each rank's events are in capture order already (`RankEvidence::push`): sorting them
+        // here would copy every rank the copy shares with the pipeline.
         evidence.ends = self.ends(self.first_hand_ends.clone(), &evidence, true);
         unranked::identify_by_launcher(&mut evidence);
         evidence.snapshots.sort_by(|a, b| (a.rank, &a.kind, &a.name).cmp(&(b.rank, &b.kind, &b.name)));

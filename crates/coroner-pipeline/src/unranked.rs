@@ -163,7 +163,7 @@ pub(crate) fn identify_by_launcher(evidence: &mut coroner_analysis::JobEvidence)
         return; // an actor's own process: its pid already names it apart from the launcher's worker
     }
     let Some(mut ev) = evidence.ranks.remove(&u) else { return };
-    for e in &mut ev.events {
+    for e in &mut std::sync::Arc::make_mut(&mut ev).events {
         e.rank = Some(r);
     }
     evidence.unknown_sources.remove(&u);

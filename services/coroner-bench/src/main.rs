@@ -13,6 +13,7 @@
 
 mod agent;
 mod ingest;
+mod live;
 mod load;
 mod offline_logs;
 mod parse;
@@ -37,7 +38,7 @@ struct Cli {
     /// The smallest inputs (seconds); what the crate's test runs. Figures are not meaningful.
     #[arg(long, hide = true)]
     smoke: bool,
-    /// Run only these sections (parse, report, search, ingest, agent); for profiling.
+    /// Run only these sections (parse, report, live, search, ingest, agent); for profiling.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     #[command(subcommand)]
@@ -72,6 +73,8 @@ struct Sizes {
     agent_lines: usize,
     report_small: (u32, usize),
     report_large: (u32, usize),
+    /// Ranks of the running job the live monitor evaluates, and its ticks.
+    live: (u32, usize),
     search_lines: u64,
     search_queries: usize,
 }
@@ -85,6 +88,7 @@ impl Sizes {
             agent_lines: 1_000_000,
             report_small: (1024, 2000),
             report_large: (16384, 200),
+            live: (16384, 20),
             search_lines: 10_000_000,
             search_queries: 1000,
         }
@@ -110,6 +114,7 @@ impl Sizes {
             agent_lines: 5_000,
             report_small: (16, 200),
             report_large: (64, 60),
+            live: (64, 4),
             search_lines: 20_000,
             search_queries: 20,
         }
@@ -209,6 +214,33 @@ fn run(sizes: Sizes, only: &[String], verbose: bool) -> Result<(Map<String, Valu
             ),
             target: if limit_ms < 5000.0 { "<= 1000" } else { "<= 10000" },
             ok: Some(r.ms <= limit_ms && r.culprit_ok),
+        });
+    }
+
+    if on("live") {
+        progress(verbose, &format!("live monitor, {} running ranks", sizes.live.0));
+        let l = live::run(live::Shape { ranks: sizes.live.0, ticks: sizes.live.1 });
+        f.insert("live_tick_ms_16384_ranks".into(), json!(round(l.p50_ms)));
+        f.insert("live_tick_ms_16384_ranks_max".into(), json!(round(l.max_ms)));
+        f.insert("live_tick_ms_16384_ranks_cpu".into(), json!(round(l.cpu_p50_ms)));
+        f.insert("live_tick_16384_ranks_suspect".into(), json!(if l.suspect_ok { "ok" } else { "WRONG" }));
+        rows.push(Row {
+            figure: "live tick, ms (16,384 running ranks)",
+            value: format!("{:.1}", l.p50_ms),
+            reference: format!(
+                "{} ranks, {} lines pushed in {:.1} s; {} ticks after {} new lines each: max {:.1} ms, CPU p50 {:.1} ms; suspects {} ({})",
+                sizes.live.0,
+                l.lines,
+                l.ingest_s,
+                sizes.live.1,
+                live::LINES_PER_TICK,
+                l.max_ms,
+                l.cpu_p50_ms,
+                l.found,
+                if l.suspect_ok { "ok" } else { "WRONG" }
+            ),
+            target: "<= 50",
+            ok: Some(l.p50_ms <= 50.0 && l.suspect_ok),
         });
     }
 
@@ -341,6 +373,7 @@ mod tests {
             "agent_rss_mb",
             "report_ms_1024_ranks",
             "report_ms_16384_ranks",
+            "live_tick_ms_16384_ranks",
             "search_p50_ms",
             "search_p99_ms",
             "index_bytes_per_raw_byte",
@@ -350,6 +383,7 @@ mod tests {
         assert_eq!(f["ingest_searchable"], json!(true));
         assert_eq!(f["report_ms_1024_ranks_culprit"], json!("ok"));
         assert_eq!(f["report_ms_16384_ranks_culprit"], json!("ok"));
+        assert_eq!(f["live_tick_16384_ranks_suspect"], json!("ok"));
         assert!(!rows.is_empty());
     }
 }

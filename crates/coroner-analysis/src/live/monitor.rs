@@ -57,6 +57,10 @@ struct Progress {
     total: u64,
     /// (line index, capture time, step)
     seen: VecDeque<(u64, Nanos, u64)>,
+    /// The median interval between the remembered occurrences (past the warm-up), kept up to date
+    /// as they arrive: an evaluation of a 16,384-rank job reads it instead of sorting every rank's
+    /// intervals at every tick.
+    median: Option<Nanos>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -145,6 +149,7 @@ impl LiveMonitor {
                 if p.seen.len() > PROGRESS {
                     p.seen.pop_front();
                 }
+                p.median = median_interval(p, self.config.skip_first_steps);
             }
         } else if !s.numbers.is_empty() {
             let q = r.pending.entry(s.template.clone()).or_default();
@@ -154,7 +159,9 @@ impl LiveMonitor {
             }
             if let Some(&field) = counters.first() {
                 let seen: VecDeque<_> = q.iter().filter_map(|(i, t, n)| Some((*i, *t, *n.get(field)?))).collect();
-                r.progress.insert(s.template.clone(), Progress { field, total: seen.len() as u64, seen });
+                let mut p = Progress { field, total: seen.len() as u64, seen, median: None };
+                p.median = median_interval(&p, self.config.skip_first_steps);
+                r.progress.insert(s.template.clone(), p);
                 r.pending.remove(&s.template);
             } else if r.pending.len() > 512 {
                 r.pending.clear();
@@ -276,16 +283,9 @@ impl LiveMonitor {
     fn view<'a>(&self, rank: Rank, r: &'a RankLive, template: &str) -> Option<View<'a>> {
         let p = r.progress.get(template)?;
         let &(idx, progress_at, step) = p.seen.back()?;
-        let times: Vec<Nanos> = p.seen.iter().map(|(_, t, _)| *t).collect();
-        let mut intervals: Vec<Nanos> = times.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
-        let dropped = p.total - p.seen.len() as u64;
-        let skip = (self.config.skip_first_steps as u64).saturating_sub(dropped) as usize;
-        intervals.drain(..skip.min(intervals.len()));
-        intervals.sort_unstable();
-        let median = (!intervals.is_empty()).then(|| intervals[intervals.len() / 2]);
-        let after: Vec<&Line> = r.recent.iter().filter(|l| l.idx > idx).collect();
+        let median = p.median;
         let remembered_all = r.recent.front().is_some_and(|l| l.idx <= idx + 1);
-        let extras = remembered_all.then(|| after.iter().map(|l| l.template.as_str()).collect());
+        let extras = remembered_all.then(|| r.recent.iter().filter(|l| l.idx > idx).map(|l| l.template.as_str()).collect());
         let last_at = r.recent.back().map_or(progress_at, |l| l.at);
         Some(View { rank, live: r, step, progress_at, last_at, median, extras, progress: p })
     }
@@ -451,6 +451,19 @@ fn spinning(v: &View<'_>) -> bool {
 
 fn phase<'a>(x: &View<'a>) -> Phase<'a> {
     (x.step, x.extras.clone())
+}
+
+/// The median interval between a progress shape's remembered occurrences, its first
+/// `skip_first_steps` intervals (warm-up) left out.
+fn median_interval(p: &Progress, skip_first_steps: usize) -> Option<Nanos> {
+    let dropped = p.total - p.seen.len() as u64;
+    let skip = (skip_first_steps as u64).saturating_sub(dropped) as usize;
+    let mut intervals: Vec<Nanos> = p.seen.iter().zip(p.seen.iter().skip(1)).map(|(a, b)| b.1.saturating_sub(a.1)).skip(skip).collect();
+    if intervals.is_empty() {
+        return None;
+    }
+    let mid = intervals.len() / 2;
+    Some(*intervals.select_nth_unstable(mid).1)
 }
 
 fn push_recent(r: &mut RankLive, line: Line) {

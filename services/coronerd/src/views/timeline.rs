@@ -138,7 +138,7 @@ pub fn build(evidence: &JobEvidence, report: &Report, rules: &RuleSet, opts: Tim
     let grouped = opts.group_by_host || ranks.len() > opts.max_lanes.max(1);
 
     // One lane per rank first; grouping merges them by host.
-    let per_rank = ranks.iter().map(|rank| rank_lane(*rank, summaries.get(rank).copied(), evidence.ranks.get(rank), rules));
+    let per_rank = ranks.iter().map(|rank| rank_lane(*rank, summaries.get(rank).copied(), evidence.ranks.get(rank).map(|e| &**e), rules));
     let mut lanes: Vec<Lane> = if grouped { group_by_host(per_rank, opts.max_events_per_lane.max(1)) } else { per_rank.collect() };
     for lane in &mut lanes {
         let events = std::mem::take(&mut lane.events);
