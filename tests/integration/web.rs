@@ -14,7 +14,7 @@ use std::process::Command;
 const BROWSERS: [&str; 2] = ["/usr/bin/chromium", "/usr/bin/chromium-browser"];
 
 /// The installed browser; `None` (said loudly) when there is none and this is not CI.
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     if let Some(found) = BROWSERS.iter().map(PathBuf::from).find(|p| p.exists()) {
         return Some(found);
     }
