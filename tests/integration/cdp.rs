@@ -64,8 +64,9 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(50));
         };
         let stream = TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect to chromium");
-        stream.set_read_timeout(Some(Duration::from_millis(500))).expect("read timeout");
         let (ws, _) = tungstenite::client(format!("ws://127.0.0.1:{port}{path}"), stream).expect("the DevTools websocket");
+        // From now on a read returns now and then, so every call can keep its deadline.
+        ws.get_ref().set_read_timeout(Some(Duration::from_millis(500))).expect("read timeout");
         Browser { child, ws, next_id: 1, _profile: profile }
     }
 
@@ -82,7 +83,7 @@ impl Browser {
         loop {
             assert!(Instant::now() < deadline, "{method}: no answer from chromium within {CALL_LIMIT:?}");
             let text = match self.ws.read() {
-                Ok(Message::Text(t)) => t.to_string(),
+                Ok(Message::Text(t)) => t.as_str().to_string(),
                 Ok(_) => continue,
                 Err(tungstenite::Error::Io(e)) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
                 Err(e) => panic!("{method}: the DevTools connection broke: {e}"),

@@ -6,7 +6,7 @@ use super::api::{job, opt, params, SearchQuery};
 use super::{error_json, AppState};
 use crate::error::ServiceError;
 use crate::views::around::{self, AroundParams};
-use crate::views::histogram::{self, Grouping};
+use crate::views::histogram::{self as counted, Grouping};
 use crate::views::tail_filter::parse_ranks;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -73,12 +73,12 @@ fn grouping(s: Option<&str>) -> Result<Grouping, ServiceError> {
 
 pub async fn histogram(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<HistogramQuery>) -> Response {
     let result = async {
-        let buckets = opt::<u32>("buckets", &q.buckets)?.unwrap_or(histogram::DEFAULT_BUCKETS);
+        let buckets = opt::<u32>("buckets", &q.buckets)?.unwrap_or(counted::DEFAULT_BUCKETS);
         let group = grouping(q.group.as_deref())?;
         let p = params(q.search)?;
         s.searches.check(&p.query)?;
         let j = job(&s, &id).await?;
-        histogram::histogram(&s.searches, &j, p, buckets, group).await
+        counted::histogram(&s.searches, &j, p, buckets, group).await
     }
     .await;
     match result {

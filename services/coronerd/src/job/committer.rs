@@ -7,7 +7,7 @@
 //!   adds the rest to the index straight from the received lines (no copies before tantivy's
 //!   own) and commits.
 //! - **Publish stage:** hands the committed lines to the live tail (`tail.rs`: a copy only while
-  someone watches, never waiting), pushes them into the job's evidence (`state.rs`, which
+//!   someone watches, never waiting), pushes them into the job's evidence (`state.rs`, which
 //!   bumps its version), and only then acknowledges. So an acknowledged line is durable *and* in the
 //!   evidence of every report computed after the acknowledgement (readers never see a report
 //!   older than what was acknowledged to them).

@@ -106,7 +106,7 @@
     });
     rows.set(h.rows);
     var svg = document.getElementById("hist-bars"), from = null;
-    function bucketOf(ev) { return Math.max(0, Math.min(n - 1, Math.floor(ev.offsetX / W))); }
+    function bucketOf(ev) { return Math.max(0, Math.min(n - 1, Math.floor((ev.clientX - svg.getBoundingClientRect().left) / W))); }
     svg.addEventListener("mousedown", function (ev) { from = bucketOf(ev); ev.preventDefault(); });
     svg.addEventListener("mouseup", function (ev) {
       if (from === null) return;
