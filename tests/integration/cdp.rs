@@ -134,8 +134,14 @@ impl Browser {
         }
     }
 
+    /// Brings the tab to the front: a background tab draws no frames (a screenshot would wait).
+    pub fn front(&mut self, tab: &Tab) {
+        self.call(Some(tab), "Page.bringToFront", json!({}));
+    }
+
     /// A PNG of what the tab shows.
     pub fn screenshot(&mut self, tab: &Tab, path: &Path) {
+        self.front(tab);
         let r = self.call(Some(tab), "Page.captureScreenshot", json!({ "format": "png", "captureBeyondViewport": false }));
         let data = r["data"].as_str().expect("image data");
         use base64::Engine;
