@@ -101,7 +101,7 @@
     histBox.insertAdjacentHTML("beforeend", bars + "</svg><div id='hist-rows' class='vlist'></div>");
     var rowMax = Math.max.apply(null, h.rows.map(function (r) { return Math.max.apply(null, r.counts); }).concat([1]));
     var rows = coronerVList(document.getElementById("hist-rows"), 14, function (r) {
-      var cells = r.counts.map(function (c) { return "<i style='opacity:" + (c ? 0.15 + 0.85 * c / rowMax : 0) + "'></i>"; }).join("");
+      var cells = r.counts.map(function (c) { return "<i class='l" + (c ? 1 + Math.min(4, Math.floor(c / rowMax * 5)) : 0) + "'></i>"; }).join("");
       return "<span class='hl' title='" + esc(r.label + (r.ranks.length > 1 ? " (ranks " + r.ranks[0] + "\u2026" + r.ranks[r.ranks.length - 1] + ")" : "")) + "'>" + esc(r.label) + "</span><span class='cells'>" + cells + "</span><span class='muted'>" + r.sum + "</span>";
     });
     rows.set(h.rows);
