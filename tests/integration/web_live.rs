@@ -84,7 +84,12 @@ fn the_job_page_follows_the_job_explores_its_lines_and_shares_its_view() {
 
     // Context: click the first hit; its rank's lines and the other rank at the same moment.
     b.eval(&tab, "document.querySelector('#search-results .vrow').click(), true");
-    b.wait_for(&tab, "the clicked line's context", "document.querySelector('#ctx-own tr.this') !== null && document.querySelectorAll('#ctx-own tr').length > 1", LIMIT);
+    b.wait_for(
+        &tab,
+        "the clicked line's context",
+        "document.querySelector('#ctx-own tr.this') !== null && document.querySelectorAll('#ctx-own tr').length > 1",
+        LIMIT,
+    );
     let (peers, _) = b.wait_for(&tab, "the other rank at the same moment", "document.querySelectorAll('#context table.peer tr').length", LIMIT);
     assert!(peers.as_u64().unwrap_or(0) > 1, "the peer rank's lines around the moment");
     let (selected, _) = b.wait_for(&tab, "the URL names the line", "new URLSearchParams(location.search).get('line')", LIMIT);
@@ -96,7 +101,8 @@ fn the_job_page_follows_the_job_explores_its_lines_and_shares_its_view() {
     let before = b.eval(&tab, "location.href");
     b.eval(&tab, "(() => { const s = document.getElementById('hist-bars'); const at = (t, x) => s.dispatchEvent(new MouseEvent(t, {clientX: s.getBoundingClientRect().left + x, clientY: s.getBoundingClientRect().top + 30, bubbles: true})); at('mousedown', 2); at('mouseup', 350); return true; })()");
     b.wait_for(&tab, "the zoom in the URL", "location.search.includes('since=') && location.search.includes('until=')", LIMIT);
-    let (zoomed, _) = b.wait_for(&tab, "zoomed results", "location.search.includes('since=') && document.getElementById('search-results').getAttribute('data-total')", LIMIT);
+    let (zoomed, _) =
+        b.wait_for(&tab, "zoomed results", "location.search.includes('since=') && document.getElementById('search-results').getAttribute('data-total')", LIMIT);
     let zoomed: u64 = zoomed.as_str().and_then(|t| t.parse().ok()).expect("a total");
     assert!(zoomed <= total, "a zoom narrows: {zoomed} of {total}");
     let shared = b.eval(&tab, "location.href").as_str().expect("a URL").to_string();
@@ -107,14 +113,25 @@ fn the_job_page_follows_the_job_explores_its_lines_and_shares_its_view() {
     assert_eq!(again.as_str().and_then(|t| t.parse::<u64>().ok()), Some(zoomed), "{shared}");
     let q = b.eval(&other, "document.getElementById('search').elements.q.value");
     assert_eq!(q, "NCCL");
-    let (own_again, _) = b.wait_for(&other, "the shared link's context", "document.querySelector('#ctx-own tr.this') && document.querySelector('#ctx-own tr.this').textContent", LIMIT);
+    let (own_again, _) = b.wait_for(
+        &other,
+        "the shared link's context",
+        "document.querySelector('#ctx-own tr.this') && document.querySelector('#ctx-own tr.this').textContent",
+        LIMIT,
+    );
     assert_eq!(own_again, own, "the same line ({selected})");
 
     // Back: the view before the zoom, results and all.
     b.front(&tab);
     b.eval(&tab, "history.back(), true");
-    b.wait_for(&tab, "back to the unzoomed view", &format!("location.href === {before} && document.getElementById('search').elements.since.value === ''"), LIMIT);
-    let (back_total, _) = b.wait_for(&tab, "the unzoomed results", &format!("document.getElementById('search-results').getAttribute('data-total') === '{total}'"), LIMIT);
+    b.wait_for(
+        &tab,
+        "back to the unzoomed view",
+        &format!("location.href === {before} && document.getElementById('search').elements.since.value === ''"),
+        LIMIT,
+    );
+    let (back_total, _) =
+        b.wait_for(&tab, "the unzoomed results", &format!("document.getElementById('search-results').getAttribute('data-total') === '{total}'"), LIMIT);
     assert_eq!(back_total, true);
 
     // Keys: / focuses the search, j moves the selection, Esc closes the context.
@@ -154,7 +171,11 @@ fn big_bundle(dir: &std::path::Path, world: u32) -> String {
     (0..world / 8).map(|h| format!("{}-{}=node-{h:04}", h * 8, h * 8 + 7)).collect::<Vec<_>>().join(",")
 }
 
+/// Ignored by default: `coroner import` opens one session per rank, one after the other, about
+/// 0.3 s each in a debug build on a loaded 2-core machine (20 minutes for 4,096 ranks), far past
+/// the suite's budget. Run it with `--ignored` (a release build or more cores).
 #[test]
+#[ignore = "imports 4,096 ranks one session at a time: ~20 min in a debug build on 2 cores"]
 fn a_4096_rank_job_page_renders_with_few_elements() {
     let Some(browser) = chromium() else { return };
     let served = TestServer::start();

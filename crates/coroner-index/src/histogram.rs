@@ -185,7 +185,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let idx = index(dir.path());
         let q = crate::SearchRequest::default();
-        for b in [Buckets { start_ns: 0, width_ns: 1, count: 0 }, Buckets { start_ns: 0, width_ns: 1, count: MAX_BUCKETS + 1 }, Buckets { start_ns: 0, width_ns: 0, count: 2 }] {
+        for b in [
+            Buckets { start_ns: 0, width_ns: 1, count: 0 },
+            Buckets { start_ns: 0, width_ns: 1, count: MAX_BUCKETS + 1 },
+            Buckets { start_ns: 0, width_ns: 0, count: 2 },
+        ] {
             assert!(idx.histogram_within(&q, b, &crate::Budget::default(), false).is_err(), "{b:?}");
         }
     }

@@ -269,7 +269,10 @@ impl JobIndex {
     /// limit and cursor are ignored. At most [`MAX_BUCKETS`] buckets.
     pub fn histogram_within(&self, q: &SearchRequest, buckets: Buckets, budget: &Budget, parallel: bool) -> Result<Histogram, IndexError> {
         if buckets.count == 0 || buckets.count > MAX_BUCKETS || buckets.width_ns <= 0 {
-            return Err(IndexError::BadQuery(format!("a histogram has 1 to {MAX_BUCKETS} buckets of a positive width (asked: {} of {} ns)", buckets.count, buckets.width_ns)));
+            return Err(IndexError::BadQuery(format!(
+                "a histogram has 1 to {MAX_BUCKETS} buckets of a positive width (asked: {} of {} ns)",
+                buckets.count, buckets.width_ns
+            )));
         }
         let query = search::build_query(&self.index, &self.fields, q, &budget.limits)?;
         let collector = histogram::HistogramCollector { buckets, windows: search::windows_by_rank_key(q), offsets: search::offsets_by_rank_key(q) };

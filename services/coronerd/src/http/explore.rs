@@ -29,7 +29,8 @@ const MAX_PEER_LIST: u32 = around::MAX_PEERS as u32;
 fn around_params(q: ContextQuery) -> Result<AroundParams, ServiceError> {
     let stream = q.stream.as_deref().unwrap_or("stdout").trim();
     let stream = Stream::parse(stream).ok_or_else(|| ServiceError::InvalidArgument(format!("stream {stream:?}: use stdout, stderr or file")))?;
-    let seq = opt::<u64>("seq", &q.seq)?.ok_or_else(|| ServiceError::InvalidArgument("seq: the line's sequence number is required (a search hit's seq)".into()))?;
+    let seq =
+        opt::<u64>("seq", &q.seq)?.ok_or_else(|| ServiceError::InvalidArgument("seq: the line's sequence number is required (a search hit's seq)".into()))?;
     let mut peers = Vec::new();
     for (a, b) in parse_ranks(q.peers.as_deref().unwrap_or(""))? {
         if b - a >= MAX_PEER_LIST || peers.len() as u32 + (b - a) >= MAX_PEER_LIST {

@@ -55,10 +55,11 @@ impl Filter {
 
     /// This filter's query string with another page position.
     fn query(&self, after: Option<&coroner_store::JobPosition>) -> String {
-        let mut parts: Vec<String> = [("verdict", &self.verdict), ("class", &self.class), ("host", &self.host), ("since", &self.since), ("until", &self.until), ("limit", &self.limit)]
-            .iter()
-            .filter_map(|(k, v)| set(v).map(|v| format!("{k}={}", urlencode(&v))))
-            .collect();
+        let mut parts: Vec<String> =
+            [("verdict", &self.verdict), ("class", &self.class), ("host", &self.host), ("since", &self.since), ("until", &self.until), ("limit", &self.limit)]
+                .iter()
+                .filter_map(|(k, v)| set(v).map(|v| format!("{k}={}", urlencode(&v))))
+                .collect();
         if let Some(a) = after {
             parts.push(format!("after_ns={}&after_id={}", a.last_seen_ns, urlencode(a.job_id.as_str())));
         }

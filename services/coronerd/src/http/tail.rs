@@ -68,7 +68,17 @@ pub async fn tail(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q
         Ok(x) => x,
         Err(e) => return error_json(e),
     };
-    let mut st = Following { job, filter, watcher, reports, clocks: clocks(&first), banner: banner(&first), pending: VecDeque::new(), after: 0, stop: s.jobs.stopping() };
+    let mut st = Following {
+        job,
+        filter,
+        watcher,
+        reports,
+        clocks: clocks(&first),
+        banner: banner(&first),
+        pending: VecDeque::new(),
+        after: 0,
+        stop: s.jobs.stopping(),
+    };
     st.pending.push_back(Event::default().event("report").data(st.banner.to_string()));
     if lost {
         st.pending.push_back(dropped("lines committed while this page was away are no longer kept"));

@@ -122,7 +122,12 @@ pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Res
 /// has a clock for, and the lines no rank owns), widened by each offset's uncertainty.
 pub(crate) type Windows = BTreeMap<Option<u32>, (i64, i64)>;
 
-pub(crate) fn capture_windows(job: &Job, clocks: &BTreeMap<Option<u32>, (i64, i64)>, since: Option<i64>, until: Option<i64>) -> Result<Option<Windows>, ServiceError> {
+pub(crate) fn capture_windows(
+    job: &Job,
+    clocks: &BTreeMap<Option<u32>, (i64, i64)>,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<Option<Windows>, ServiceError> {
     if let (Some(a), Some(b)) = (since, until) {
         if a > b {
             return Err(ServiceError::InvalidArgument("the time range ends before it starts".into()));
