@@ -212,3 +212,46 @@ fn a_4096_rank_job_page_renders_with_few_elements() {
     assert_eq!(hist["rows"].as_array().map(Vec::len), Some(512));
     screenshot(&mut b, &tab, "job-4096-ranks.png");
 }
+
+/// The page's new endpoints answer bad input with a 400 and the reason, an unknown job with a
+/// 404, never a 500; their bounds hold.
+#[test]
+fn the_exploring_endpoints_answer_bad_requests_with_reasons() {
+    let served = TestServer::start();
+    served.import("nccl2_oom_r1", "web-bad");
+    for (path, status, says) in [
+        ("/api/jobs/web-bad/tail?rank=x", 400, "rank"),
+        ("/api/jobs/web-bad/tail?stream=stdin", 400, "stream"),
+        ("/api/jobs/no-such-job/tail", 404, "no job"),
+        ("/api/jobs/web-bad/context?rank=1&stream=stderr", 400, "seq"),
+        ("/api/jobs/web-bad/context?rank=1&stream=stderr&seq=0&n=51", 400, "context"),
+        ("/api/jobs/web-bad/context?rank=1&stream=stderr&seq=0&peers=0-20", 400, "peers"),
+        ("/api/jobs/web-bad/context?rank=1&stream=stderr&seq=999999", 404, "no line"),
+        ("/api/jobs/web-bad/histogram?buckets=0", 400, "buckets"),
+        ("/api/jobs/web-bad/histogram?buckets=501", 400, "buckets"),
+        ("/api/jobs/web-bad/histogram?group=gpu", 400, "group"),
+        ("/api/jobs/web-bad/histogram?q=%22unclosed", 400, "bad query"),
+        ("/api/jobs/web-bad/histogram?since=2&until=1", 400, "ends before"),
+    ] {
+        let (got, body) = served.get_json(path);
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(body["error"].as_str().is_some_and(|e| e.contains(says)), "{path}: {body}");
+    }
+    for (path, says) in [("/?limit=0", "limit"), ("/?since=yesterday", "since"), ("/?after_ns=5", "after_id"), ("/suspects?since=x", "since")] {
+        let (got, body) = served.get(path);
+        assert_eq!(got, 400, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+    // And good input: the context of the culprit's first stderr line, the histogram's rows.
+    let (got, ctx) = served.get_json("/api/jobs/web-bad/context?rank=1&stream=stderr&seq=0&n=3");
+    assert_eq!(got, 200, "{ctx}");
+    assert_eq!(ctx["line"]["seq"], 0);
+    assert!(ctx["own"].as_array().is_some_and(|o| !o.is_empty() && o.len() <= 4), "{ctx}");
+    assert!(ctx["peers"].as_array().is_some_and(|p| p.iter().any(|x| x["rank"] == 0)), "{ctx}");
+    let (got, h) = served.get_json("/api/jobs/web-bad/histogram?q=OutOfMemoryError&buckets=10");
+    assert_eq!(got, 200, "{h}");
+    assert_eq!(h["rows"][0]["label"], "rank 1", "{h}");
+    assert_eq!(h["totals"].as_array().map(Vec::len), Some(10));
+    let (_, jobs) = served.get("/?limit=1");
+    assert!(jobs.contains("/jobs/web-bad"), "{jobs}");
+}
