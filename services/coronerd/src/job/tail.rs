@@ -70,6 +70,12 @@ impl Drop for Watcher {
     }
 }
 
+impl Default for Tail {
+    fn default() -> Self {
+        Tail::new()
+    }
+}
+
 impl Tail {
     pub fn new() -> Tail {
         Tail {

@@ -56,7 +56,7 @@ impl TailFilter {
     }
 
     pub fn passes(&self, rank: Option<u32>, host: &str, stream: Stream, bytes: &[u8]) -> bool {
-        let rank_ok = self.ranks.is_empty() || rank.is_some_and(|r| self.ranks.iter().any(|(a, b)| *a <= r && r <= *b));
+        let rank_ok = self.ranks.is_empty() || rank.is_some_and(|r| self.ranks.iter().any(|(a, b)| (*a..=*b).contains(&r)));
         rank_ok
             && self.host.as_deref().is_none_or(|h| h == host)
             && self.stream.is_none_or(|s| s == stream)
