@@ -1,4 +1,5 @@
-//! The web page in a real headless browser (Debian's `chromium`, which `.ci/run` installs): the
+//! The web page in a real headless browser (Debian's `chromium`, which `.ci/run` installs, driven
+//! over the DevTools protocol: `cdp.rs`): the
 //! page of an imported corpus bundle, after its script ran, shows the culprit and a timeline with
 //! one lane per rank. Also: the page's error answers (400 with the parser's message, 404).
 //!
@@ -9,12 +10,11 @@
 use crate::served::TestServer;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const BROWSERS: [&str; 2] = ["/usr/bin/chromium", "/usr/bin/chromium-browser"];
 
 /// The installed browser; `None` (said loudly) when there is none and this is not CI.
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     if let Some(found) = BROWSERS.iter().map(PathBuf::from).find(|p| p.exists()) {
         return Some(found);
     }
@@ -29,31 +29,6 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
-/// Runs headless `browser` on `url` with `extra` arguments; returns its stdout.
-fn headless(browser: &Path, url: &str, extra: &[&str]) -> String {
-    let profile = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=3000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(url)
-        .output()
-        .expect("run chromium");
-    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn the_job_page_shows_the_culprit_and_the_timeline_in_a_real_browser() {
     let Some(browser) = chromium() else { return };
@@ -61,7 +36,12 @@ fn the_job_page_shows_the_culprit_and_the_timeline_in_a_real_browser() {
     let report = served.import("nccl2_hang_r1", "web-hang");
     assert_eq!(report["first_failure"]["rank"], 1, "{report:#}");
     let url = format!("http://127.0.0.1:{}/jobs/web-hang", served.http_port);
-    let dom = headless(&browser, &url, &["--window-size=1400,900", "--dump-dom"]);
+    // Over the DevTools protocol (`cdp.rs`): the page follows the job over server-sent events,
+    // so it never finishes loading as `--dump-dom` waits for.
+    let mut b = crate::cdp::Browser::launch(&browser);
+    let tab = b.open(&url, 1400, 900);
+    b.wait_for(&tab, "the timeline drawn", "document.getElementById('timeline-svg') !== null", std::time::Duration::from_secs(60));
+    let dom = b.eval(&tab, "document.documentElement.outerHTML").as_str().expect("the page's HTML").to_string();
 
     // The verdict banner names the culprit.
     let culprit = dom.find("id=\"culprit\"").map(|i| &dom[i..(i + 200).min(dom.len())]).unwrap_or("");
@@ -80,7 +60,7 @@ fn the_job_page_shows_the_culprit_and_the_timeline_in_a_real_browser() {
 
     // A picture for a person to look at (CORONER_SCREENSHOT=/path.png keeps it).
     if let Ok(path) = std::env::var("CORONER_SCREENSHOT") {
-        headless(&browser, &url, &["--window-size=1400,900", "--hide-scrollbars", &format!("--screenshot={path}")]);
+        b.screenshot(&tab, Path::new(&path));
         assert!(Path::new(&path).exists(), "no screenshot at {path}");
     }
 }

@@ -15,24 +15,24 @@ pub(crate) type SortKey = (i64, u64, u64);
 pub(crate) type Windows = Arc<HashMap<u64, (i64, i64)>>;
 
 /// The fast-field columns every collector reads.
-struct Columns {
+pub(crate) struct Columns {
     origin: Column<u64>,
     seq: Column<u64>,
     capture: Column<i64>,
 }
 
 impl Columns {
-    fn open(segment: &SegmentReader) -> tantivy::Result<Columns> {
+    pub(crate) fn open(segment: &SegmentReader) -> tantivy::Result<Columns> {
         let ff = segment.fast_fields();
         Ok(Columns { origin: ff.u64(F_ORIGIN)?, seq: ff.u64(F_SEQ)?, capture: ff.i64(F_CAPTURE)? })
     }
 
-    fn key(&self, doc: DocId) -> SortKey {
+    pub(crate) fn key(&self, doc: DocId) -> SortKey {
         (self.capture.first(doc).unwrap_or_default(), self.origin.first(doc).unwrap_or_default(), self.seq.first(doc).unwrap_or_default())
     }
 }
 
-fn in_windows(windows: &Option<Windows>, key: &SortKey) -> bool {
+pub(crate) fn in_windows(windows: &Option<Windows>, key: &SortKey) -> bool {
     match windows {
         None => true,
         Some(w) => w.get(&(key.1 >> 2)).is_some_and(|&(lo, hi)| lo <= key.0 && key.0 <= hi),

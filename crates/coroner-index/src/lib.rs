@@ -12,11 +12,13 @@
 
 mod budget;
 mod collect;
+mod histogram;
 mod limits;
 mod schema;
 mod search;
 
 pub use budget::Budget;
+pub use histogram::{Buckets, Histogram, MAX_BUCKETS};
 pub use limits::{check_query, QueryLimits, QueryRefused};
 pub use schema::{IndexedLine, LineRef};
 pub use search::{SearchPage, SearchRequest, MAX_PAGE_SIZE};
@@ -260,6 +262,21 @@ impl JobIndex {
             *out.entry(search::rank_of_origin(origin)).or_insert(0) += s.count;
         }
         Ok(out)
+    }
+
+    /// How many lines match `q` per rank and time bucket (`histogram.rs`): the request's filters
+    /// and capture windows hold, its `order_offsets` put each line on the aligned clock; its
+    /// limit and cursor are ignored. At most [`MAX_BUCKETS`] buckets.
+    pub fn histogram_within(&self, q: &SearchRequest, buckets: Buckets, budget: &Budget, parallel: bool) -> Result<Histogram, IndexError> {
+        if buckets.count == 0 || buckets.count > MAX_BUCKETS || buckets.width_ns <= 0 {
+            return Err(IndexError::BadQuery(format!(
+                "a histogram has 1 to {MAX_BUCKETS} buckets of a positive width (asked: {} of {} ns)",
+                buckets.count, buckets.width_ns
+            )));
+        }
+        let query = search::build_query(&self.index, &self.fields, q, &budget.limits)?;
+        let collector = histogram::HistogramCollector { buckets, windows: search::windows_by_rank_key(q), offsets: search::offsets_by_rank_key(q) };
+        Ok(histogram::by_rank(run(&self.reader.searcher(), query.as_ref(), collector, budget, parallel)?))
     }
 
     /// Highest committed seq + 1 per (rank, stream): where an agent resumes.

@@ -166,6 +166,7 @@ macro_rules! impl_metastore {
                     .bind(f.after.as_ref().map(|a| a.last_seen_ns))
                     .bind(f.after.as_ref().map(|a| a.job_id.as_str()))
                     .bind(f.limit.map_or(i64::MAX, i64::from))
+                    .bind(f.host.as_deref())
                     .fetch_all(&self.pool)
                     .await
                     .map_err(|e| $crate::StoreError::query("list jobs", "", e))?;

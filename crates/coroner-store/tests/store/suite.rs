@@ -178,6 +178,16 @@ pub async fn list_jobs_filters_newest_first(store: Store) -> Result<()> {
     assert_eq!(names(store.list_jobs(&recent).await?), ["list-b", "list-c"]);
     let none = JobFilter { verdict: Some("running".into()), since_ns: Some(250), ..Default::default() };
     assert!(store.list_jobs(&none).await?.is_empty());
+    // By host: the hosts a finished report recorded.
+    let host = |h: &str| coroner_model::HostCount { host: h.into(), count: 1 };
+    store.record_job_hosts(&job("list-a"), "failed", &[host("n1"), host("n2")], 400).await?;
+    store.record_job_hosts(&job("list-b"), "failed", &[host("n2")], 400).await?;
+    let on = |h: &str| JobFilter { host: Some(h.into()), ..Default::default() };
+    assert_eq!(names(store.list_jobs(&on("n2")).await?), ["list-b", "list-a"]);
+    assert_eq!(names(store.list_jobs(&on("n1")).await?), ["list-a"]);
+    assert!(store.list_jobs(&on("n3")).await?.is_empty());
+    let oom_on_n2 = JobFilter { host: Some("n2".into()), ..oom };
+    assert_eq!(names(store.list_jobs(&oom_on_n2).await?), ["list-a"]);
     Ok(())
 }
 

@@ -150,6 +150,7 @@ impl Query for QueryService {
             fault_class: (!filters.fault_class.is_empty()).then(|| filters.fault_class.clone()),
             since_ns: (filters.since_ns != 0).then_some(filters.since_ns),
             until_ns: (filters.until_ns != 0).then_some(filters.until_ns),
+            host: None,
             after,
             // One more than a page: whether another page follows.
             limit: Some(size + 1),

@@ -13,7 +13,7 @@ use axum::Json;
 use serde::Deserialize;
 use std::sync::Arc;
 
-async fn job(s: &AppState, id: &str) -> Result<Arc<crate::job::Job>, ServiceError> {
+pub(super) async fn job(s: &AppState, id: &str) -> Result<Arc<crate::job::Job>, ServiceError> {
     s.jobs.get(&job_id(id)?, false).await
 }
 
@@ -76,14 +76,14 @@ pub fn parse_time(what: &str, s: &str) -> Result<i64, ServiceError> {
         .ok_or_else(|| ServiceError::InvalidArgument(format!("{what} {s:?}: use RFC 3339 (2024-05-01T12:00:00Z) or ns since the epoch")))
 }
 
-fn opt<T: std::str::FromStr>(what: &str, s: &Option<String>) -> Result<Option<T>, ServiceError> {
+pub(super) fn opt<T: std::str::FromStr>(what: &str, s: &Option<String>) -> Result<Option<T>, ServiceError> {
     match s.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(None),
         Some(v) => v.parse().map(Some).map_err(|_| ServiceError::InvalidArgument(format!("{what} {v:?} is not a number"))),
     }
 }
 
-fn params(q: SearchQuery) -> Result<SearchParams, ServiceError> {
+pub(super) fn params(q: SearchQuery) -> Result<SearchParams, ServiceError> {
     let time = |what: &str, v: &Option<String>| v.as_deref().filter(|s| !s.trim().is_empty()).map(|s| parse_time(what, s)).transpose();
     Ok(SearchParams {
         rank: opt("rank", &q.rank)?,

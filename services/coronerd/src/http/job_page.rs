@@ -1,7 +1,8 @@
 //! `/jobs/<id>`: the verdict banner with the culprit and the evidence, a restarted job's attempts
-//! (`attempts.rs`), the timeline (drawn by
-//! `assets/job.js` from `/api/jobs/<id>/timeline`), the cascade, the collective progress table,
-//! snapshots, a search box, and the full report.
+//! (`attempts.rs`), the timeline (drawn by `assets/job.js` from `/api/jobs/<id>/timeline`), the
+//! search with its histogram and the context of a line (`assets/explore.js`), the live tail
+//! (`assets/tail.js`, server-sent events from `tail.rs`), the cascade, the collective progress
+//! table, snapshots, and the full report. docs/WEB.md describes the page, its URL and its keys.
 
 use super::{error_page, escape, AppState};
 use crate::views::job_id;
@@ -82,8 +83,13 @@ const TIMELINE: &str = r#"<h2>Timeline</h2>
 <div id="timeline" data-job="JOB"><p class="muted">loading the timeline…</p></div>"#;
 
 const SEARCH: &str = r#"<h2>Search</h2>
-<form id="search" data-job="JOB"><input name="q" size="40" placeholder='"NCCL WARN" or Watchdog AND timeout'> rank <input name="rank" size="4"> since <input name="since" size="24" placeholder="RFC 3339, aligned"> until <input name="until" size="24"> <button>search</button></form>
-<p id="search-error" class="error"></p><p id="search-counts" class="muted"></p><div id="search-results"></div>"#;
+<form id="search" data-job="JOB"><input name="q" size="36" placeholder='"NCCL WARN" or Watchdog AND timeout' title="press / to search"> rank <input name="rank" size="4"> host <input name="host" size="10"> <select name="stream"><option value="">any stream</option><option>stdout</option><option>stderr</option></select> since <input name="since" size="22" placeholder="RFC 3339, aligned"> until <input name="until" size="22"> <button>search</button> <span class="muted keys">/ search · j k move · Enter context · Esc close</span></form>
+<p id="search-error" class="error"></p><p id="search-counts" class="muted"></p><div id="histogram"></div><div id="search-results" class="vlist lines"></div>
+<div id="context" hidden></div>"#;
+
+const TAIL: &str = r#"<h2>Live tail</h2>
+<form id="tail-filters" data-job="JOB">rank <input name="rank" size="8" placeholder="0,3,8-15"> host <input name="host" size="10"> <select name="stream"><option value="">any stream</option><option>stdout</option><option>stderr</option></select> text <input name="q" size="20"> <button>follow</button> <button type="button" id="tail-pause">pause</button> <span id="tail-status" class="muted">connecting…</span></form>
+<div id="tail" class="vlist lines"></div>"#;
 
 fn collectives(r: &Report, out: &mut String) {
     if r.collectives.is_empty() {
@@ -163,6 +169,7 @@ pub fn render(r: &Report) -> String {
     super::similar::render(r, &mut out);
     out.push_str(&TIMELINE.replace("JOB", &id));
     out.push_str(&SEARCH.replace("JOB", &id));
+    out.push_str(&TAIL.replace("JOB", &id));
     rest(r, &mut out);
     if !r.notes.is_empty() {
         out.push_str("<h2>Notes</h2><ul>");
@@ -172,6 +179,8 @@ pub fn render(r: &Report) -> String {
         out.push_str("</ul>");
     }
     out.push_str(&format!("<details><summary>Full report</summary><pre>{}</pre></details>", escape(&coroner_analysis::text::render(r))));
-    out.push_str("<script src=\"/assets/job.js\"></script>");
+    for script in ["vlist.js", "job.js", "explore.js", "tail.js"] {
+        out.push_str(&format!("<script src=\"/assets/{script}\"></script>"));
+    }
     out
 }

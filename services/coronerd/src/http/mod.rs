@@ -1,4 +1,5 @@
-//! HTTP: the web pages (one file each), their JSON API, snapshot downloads, `/metrics`, OTLP/HTTP
+//! HTTP: the web pages (one file each), their JSON API (`api.rs`; the context and histogram
+//! behind exploring, `explore.rs`; the live tail as server-sent events, `tail.rs`), snapshot downloads, `/metrics`, OTLP/HTTP
 //! logs in (`otlp.rs`) and a Loki-compatible read API for Grafana (`loki.rs`).
 //!
 //! Pages are server-rendered HTML with one small vanilla script for the timeline and the search
@@ -8,6 +9,7 @@
 
 mod api;
 mod attempts;
+mod explore;
 mod flight_recorder;
 mod job_page;
 mod jobs_page;
@@ -18,6 +20,7 @@ mod notifications;
 mod otlp;
 pub mod serve;
 mod similar;
+mod tail;
 
 use crate::error::ServiceError;
 use crate::jobs::Jobs;
@@ -52,6 +55,7 @@ pub fn router(services: Services) -> Router {
     let Services { jobs, metrics, snapshots, searches, otlp } = services;
     Router::new()
         .route("/", get(jobs_page::handler))
+        .route("/suspects", get(jobs_page::suspects))
         .route("/jobs/{id}", get(job_page::handler))
         .route("/jobs/{id}/report.json", get(api::report_json))
         .route("/jobs/{id}/snapshots/{sha}", get(api::snapshot_download))
@@ -59,13 +63,15 @@ pub fn router(services: Services) -> Router {
         .route("/api/jobs/{id}/search", get(api::search))
         .route("/api/jobs/{id}/counts", get(api::counts))
         .route("/api/jobs/{id}/timeline", get(api::timeline))
+        .route("/api/jobs/{id}/context", get(explore::context))
+        .route("/api/jobs/{id}/histogram", get(explore::histogram))
+        .route("/api/jobs/{id}/tail", get(tail::tail))
         .route("/api/notifications", get(notifications::log))
         .route("/loki/api/v1/labels", get(loki::labels))
         .route("/loki/api/v1/label/{name}/values", get(loki::label_values))
         .route("/loki/api/v1/query_range", get(loki::query_range))
         .route("/loki/api/v1/query", get(loki::query))
-        .route("/assets/style.css", get(|| async { ([(header::CONTENT_TYPE, "text/css")], STYLE) }))
-        .route("/assets/job.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], JOB_JS) }))
+        .route("/assets/{name}", get(script))
         .route(crate::auth::OTLP_LOGS_PATH, post(otlp::logs).layer(axum::extract::DefaultBodyLimit::max(otlp::MAX_BODY_BYTES)))
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -73,8 +79,21 @@ pub fn router(services: Services) -> Router {
         .with_state(AppState { jobs, metrics, snapshots, searches, otlp })
 }
 
-const STYLE: &str = include_str!("assets/style.css");
-const JOB_JS: &str = include_str!("assets/job.js");
+/// Every asset the pages load, served from the binary.
+const ASSETS: [(&str, &str, &str); 5] = [
+    ("style.css", "text/css", include_str!("assets/style.css")),
+    ("vlist.js", "text/javascript", include_str!("assets/vlist.js")),
+    ("job.js", "text/javascript", include_str!("assets/job.js")),
+    ("explore.js", "text/javascript", include_str!("assets/explore.js")),
+    ("tail.js", "text/javascript", include_str!("assets/tail.js")),
+];
+
+async fn script(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    match ASSETS.iter().find(|(n, _, _)| *n == name) {
+        Some((_, kind, body)) => ([(header::CONTENT_TYPE, *kind)], *body).into_response(),
+        None => (StatusCode::NOT_FOUND, format!("no asset {name:?}")).into_response(),
+    }
+}
 
 pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")

@@ -6,7 +6,8 @@
 //!   each lane of numbers on its own: `positions.rs`),
 //!   adds the rest to the index straight from the received lines (no copies before tantivy's
 //!   own) and commits.
-//! - **Publish stage:** pushes the committed lines into the job's evidence (`state.rs`, which
+//! - **Publish stage:** hands the committed lines to the live tail (`tail.rs`: a copy only while
+//!   someone watches, never waiting), pushes them into the job's evidence (`state.rs`, which
 //!   bumps its version), and only then acknowledges. So an acknowledged line is durable *and* in the
 //!   evidence of every report computed after the acknowledgement (readers never see a report
 //!   older than what was acknowledged to them).
@@ -21,6 +22,7 @@
 use super::index_size::IndexSize;
 use super::positions::{self, Advance, Committed};
 use super::state::Evidence;
+use super::tail::Tail;
 use crate::error::ServiceError;
 use crate::metrics::Metrics;
 use crate::writers::Writers;
@@ -63,12 +65,16 @@ pub struct Committer {
     pub store: Arc<dyn Metastore>,
     pub metrics: Arc<Metrics>,
     pub writers: Arc<Writers>,
+    /// The live tail: committed lines for the web page's watchers (`tail.rs`), never waited on.
+    pub tail: Arc<Tail>,
 }
 
 /// One index commit's worth of requests, on its way to the publish stage.
 struct Group {
     /// Per request: the fresh lines, in order.
     fresh: Vec<Vec<LogLine>>,
+    /// Per request: the host its agent runs on.
+    hosts: Vec<String>,
     replies: Vec<(oneshot::Sender<Reply>, u32)>,
     outcome: Result<(), String>,
 }
@@ -148,7 +154,7 @@ impl Committer {
         if outcome.is_ok() {
             self.positions.advance(next);
         }
-        Group { fresh, replies, outcome }
+        Group { fresh, hosts, replies, outcome }
     }
 
     async fn publish_stage(self: Arc<Self>, mut rx: mpsc::Receiver<Group>) {
@@ -157,6 +163,8 @@ impl Committer {
             while let Ok(g) = rx.try_recv() {
                 groups.push(g);
             }
+            let durable = groups.iter().filter(|g| g.outcome.is_ok());
+            self.tail.record(durable.flat_map(|g| g.fresh.iter().zip(&g.hosts).flat_map(|(lines, host)| lines.iter().map(move |l| (l, host.as_str())))));
             let committed: Vec<Vec<LogLine>> = groups.iter_mut().filter(|g| g.outcome.is_ok()).flat_map(|g| std::mem::take(&mut g.fresh)).collect();
             self.publish(committed).await;
             for g in groups {

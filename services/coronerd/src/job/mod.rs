@@ -7,6 +7,7 @@
 //! - `committer.rs`: the only writer of the index: group commit, then the evidence, then the acks;
 //! - `index_size.rs`: the index's bytes on disk, measured after commits and recorded in the store;
 //! - `reporter.rs`: the report, recomputed after changes on a copy of the evidence, and published;
+//! - `tail.rs`: the lines just committed, for the web page's live tail (bounded, never waited on);
 //! - `live_ticker.rs`: live hang suspicion while the job runs;
 //! - `recovery.rs`: opening a job again from its index and the store's rows;
 //! - `records.rs`: the rows a job writes beside its lines (clock samples, process ends, snapshots);
@@ -25,6 +26,7 @@ mod recovery;
 mod reporter;
 mod shared;
 mod state;
+mod tail;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -33,6 +35,7 @@ pub use committer::Reply;
 pub use positions::Positions;
 pub use shared::Shared;
 pub use state::Liveness;
+pub use tail::{Tail, TailBatch, Watcher, MAX_WATCHERS as MAX_TAIL_WATCHERS};
 
 use crate::error::ServiceError;
 use claims::Claims;
@@ -57,6 +60,7 @@ pub struct Job {
     claims: Mutex<Claims>,
     commits: mpsc::Sender<CommitRequest>,
     published: Arc<Published>,
+    tail: Arc<Tail>,
     rules: Arc<RuleSet>,
     /// Where the job's rows live beside its index (`records.rs`).
     store: Arc<dyn Metastore>,
@@ -88,6 +92,7 @@ impl Job {
         let positions = Arc::new(positions);
         let published = Arc::new(Published::new());
         let stop = CancellationToken::new();
+        let tail = Arc::new(Tail::new());
         Committer {
             id: id.clone(),
             index: index.clone(),
@@ -96,6 +101,7 @@ impl Job {
             store: shared.store.clone(),
             metrics: shared.metrics.clone(),
             writers: shared.writers.clone(),
+            tail: tail.clone(),
         }
         .start(queue);
         Reporter {
@@ -112,7 +118,7 @@ impl Job {
         live_ticker::start(id.clone(), evidence.clone(), shared.notifier.clone(), shared.metrics.clone(), stop.child_token());
         let claims = Mutex::default();
         let (rules, store) = (shared.rules.clone(), shared.store.clone());
-        Arc::new(Job { id, index, evidence, positions, claims, commits, published, rules, store, _tasks: stop.drop_guard() })
+        Arc::new(Job { id, index, evidence, positions, claims, commits, published, tail, rules, store, _tasks: stop.drop_guard() })
     }
 
     pub fn id(&self) -> &JobId {
@@ -224,6 +230,11 @@ impl Job {
     pub async fn with_evidence<R: Send + 'static>(&self, f: impl FnOnce(&JobEvidence) -> R + Send + 'static) -> Result<R, ServiceError> {
         let evidence = self.evidence.clone();
         Ok(tokio::task::spawn_blocking(move || f(&evidence.copy())).await?)
+    }
+
+    /// The live tail of committed lines (`tail.rs`).
+    pub fn tail(&self) -> &Arc<Tail> {
+        &self.tail
     }
 
     pub fn watch(&self) -> watch::Receiver<Option<Arc<Report>>> {

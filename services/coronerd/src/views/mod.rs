@@ -1,8 +1,13 @@
 //! What the Query service and the web page show, computed once for both: aligned search (and
-//! the lines around its hits, `context.rs`), the timeline, and the few lookups both make (a job id, a snapshot's stored file).
+//! the lines around its hits, `context.rs`; around one line on its rank and others, `around.rs`),
+//! matches per rank and time bucket (`histogram.rs`), the live tail's filter (`tail_filter.rs`),
+//! the timeline, and the few lookups both make (a job id, a snapshot's stored file).
 
+pub mod around;
 pub mod context;
+pub mod histogram;
 pub mod search;
+pub mod tail_filter;
 pub mod timeline;
 
 use crate::error::ServiceError;

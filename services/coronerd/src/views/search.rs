@@ -61,7 +61,7 @@ pub struct SearchResult {
 }
 
 /// Each rank's (offset, uncertainty) from the report; an unknown uncertainty counts as 0.
-fn clocks(report: &Report) -> BTreeMap<Option<u32>, (i64, i64)> {
+pub(crate) fn clocks(report: &Report) -> BTreeMap<Option<u32>, (i64, i64)> {
     report.ranks.iter().map(|r| (Some(r.rank.0), (r.clock.offset_ns, r.clock.uncertainty_ns.max(0)))).collect()
 }
 
@@ -120,9 +120,14 @@ pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Res
 
 /// An aligned-time range as one capture window per rank (every rank the job holds lines of or
 /// has a clock for, and the lines no rank owns), widened by each offset's uncertainty.
-type Windows = BTreeMap<Option<u32>, (i64, i64)>;
+pub(crate) type Windows = BTreeMap<Option<u32>, (i64, i64)>;
 
-fn capture_windows(job: &Job, clocks: &BTreeMap<Option<u32>, (i64, i64)>, since: Option<i64>, until: Option<i64>) -> Result<Option<Windows>, ServiceError> {
+pub(crate) fn capture_windows(
+    job: &Job,
+    clocks: &BTreeMap<Option<u32>, (i64, i64)>,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<Option<Windows>, ServiceError> {
     if let (Some(a), Some(b)) = (since, until) {
         if a > b {
             return Err(ServiceError::InvalidArgument("the time range ends before it starts".into()));
@@ -155,7 +160,7 @@ async fn lines_of_kind(job: &Job, kind: String) -> Result<Vec<(Option<u32>, Stre
     .await
 }
 
-fn hit(h: coroner_index::IndexedLine, clocks: &BTreeMap<Option<u32>, (i64, i64)>) -> Hit {
+pub(crate) fn hit(h: coroner_index::IndexedLine, clocks: &BTreeMap<Option<u32>, (i64, i64)>) -> Hit {
     let off = clocks.get(&h.rank).map(|c| c.0).unwrap_or(0);
     let time_ns = h.capture_ns.saturating_add(off);
     Hit {

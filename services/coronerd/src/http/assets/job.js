@@ -1,5 +1,6 @@
-// The job page: draws the timeline as SVG swimlanes from /api/jobs/<id>/timeline and runs the
-// search box against /api/jobs/<id>/search. Vanilla JS, no build step, no external resources.
+// The job page's timeline: SVG swimlanes from /api/jobs/<id>/timeline, only the lanes in view
+// drawn. The search is explore.js, the live tail tail.js. Vanilla JS, no build step, no
+// external resources.
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
@@ -8,7 +9,7 @@
   var box = document.getElementById("timeline");
   if (!box) return;
   var job = box.getAttribute("data-job");
-  var data = null, view = null;
+  var data = null, view = null, wanted = null, queued = false;
 
   function el(name, attrs, parent) {
     var e = document.createElementNS(SVG, name);
@@ -41,7 +42,14 @@
       tx.textContent = fmtRel(t);
     }
     var lanes = el("g", { "class": "lanes" }, svg);
-    data.lanes.forEach(function (lane, idx) {
+    // Only the lanes in view are drawn (a 16,384-rank job has thousands of host lanes).
+    function paintLanes() {
+      var top = Math.max(0, box.scrollTop - AXIS_H), h = box.clientHeight || 600;
+      var a = Math.max(0, Math.floor(top / LANE_H) - 10), b = Math.min(data.lanes.length, Math.ceil((top + h) / LANE_H) + 10);
+      while (lanes.firstChild) lanes.removeChild(lanes.firstChild);
+      for (var idx = a; idx < b; idx++) drawLane(data.lanes[idx], idx);
+    }
+    function drawLane(lane, idx) {
       var y = AXIS_H + idx * LANE_H;
       var culprit = data.culprit_rank != null && lane.ranks.indexOf(data.culprit_rank) >= 0;
       var g = el("g", { "class": "lane" + (culprit ? " culprit" : ""), "data-ranks": lane.ranks.join(","), "data-role": lane.role }, lanes);
@@ -58,7 +66,9 @@
         var r = el("rect", { "class": "ev " + e.role, x: x(e.time_ns) - 2, y: y + 3, width: e.role === "progress" ? 2 : 5, height: LANE_H - 6, fill: COLORS[e.role] || "#999" }, g);
         el("title", {}, r).textContent = (e.rank != null ? "rank " + e.rank + " " : "") + e.kind + " (" + e.role + ") " + fmtAbs(e.time_ns) + "\n" + e.text;
       });
-    });
+    }
+    paintLanes();
+    box.onscroll = function () { if (!queued) { queued = true; requestAnimationFrame(function () { queued = false; paintLanes(); }); } };
     el("line", { x1: LABEL_W, x2: LABEL_W, y1: 0, y2: height, stroke: "#bbb" }, svg);
     if (data.failure_ns != null && data.failure_ns >= t0 && data.failure_ns <= t1) {
       el("line", { id: "failure-line", x1: x(data.failure_ns), x2: x(data.failure_ns), y1: AXIS_H - 6, y2: height, stroke: "#b00020", "stroke-width": 1.5, "stroke-dasharray": "4,3" }, svg);
@@ -84,7 +94,12 @@
     var pad = Math.max((data.end_ns - data.start_ns) * 0.02, 1e6);
     return [data.start_ns - pad, data.end_ns + pad];
   }
-  function setView(a, b) { if (b - a >= 1e3) { view = [a, b]; draw(); } }
+  function setView(a, b) {
+    if (b - a < 1e3) return;
+    view = [a, b];
+    draw();
+    if (window.coronerZoomed) window.coronerZoomed(view);
+  }
   function zoom(f) { var c = (view[0] + view[1]) / 2, h = (view[1] - view[0]) * f / 2; setView(c - h, c + h); }
   function failureWindow() {
     if (data.failure_ns == null) return;
@@ -98,60 +113,22 @@
       .then(function (j) {
         data = j;
         document.getElementById("tl-group").checked = j.grouped_by_host;
-        view = whole();
+        view = wanted || whole();
         draw();
       })
       .catch(function (e) { box.innerHTML = "<p class='error'>timeline: " + String(e.message).replace(/</g, "&lt;") + "</p>"; });
   }
-  document.getElementById("tl-all").onclick = function () { view = whole(); draw(); };
+  document.getElementById("tl-all").onclick = function () { view = whole(); draw(); if (window.coronerZoomed) window.coronerZoomed(null); };
   document.getElementById("tl-failure").onclick = failureWindow;
   document.getElementById("tl-in").onclick = function () { zoom(0.5); };
   document.getElementById("tl-out").onclick = function () { zoom(2); };
   document.getElementById("tl-group").onchange = load;
   window.addEventListener("resize", function () { if (data) draw(); });
+  // For the search (a zoom from the histogram or the URL) and the live tail (a new report).
+  window.coronerTimeline = {
+    show: function (v) { wanted = v; if (data) { view = v || whole(); draw(); } },
+    reload: load,
+  };
   load();
 
-  // Search.
-  var form = document.getElementById("search");
-  var results = document.getElementById("search-results");
-  var errorBox = document.getElementById("search-error");
-  var counts = document.getElementById("search-counts");
-  function esc(s) { return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;"); }
-  function perRank(q) {
-    fetch("/api/jobs/" + encodeURIComponent(job) + "/counts?q=" + encodeURIComponent(q))
-      .then(function (r) { return r.ok ? r.json() : []; })
-      .then(function (c) {
-        if (!c.length) return;
-        counts.textContent += " \u00B7 per rank: " + c.map(function (x) { return (x.rank == null ? "no rank" : x.rank) + " (" + x.count + ")"; }).join(", ");
-      });
-  }
-  function run(cursor) {
-    var p = new URLSearchParams();
-    ["q", "rank", "since", "until"].forEach(function (k) { var v = form.elements[k].value.trim(); if (v) p.set(k, v); });
-    p.set("limit", "100");
-    if (cursor) p.set("cursor", cursor);
-    errorBox.textContent = "";
-    fetch("/api/jobs/" + encodeURIComponent(job) + "/search?" + p.toString())
-      .then(function (r) { return r.json().then(function (j) { if (!r.ok) throw new Error(j.error || r.statusText); return j; }); })
-      .then(function (res) {
-        var html = cursor ? "" : "<table><tr><th>time (aligned)</th><th>rank</th><th>host</th><th>stream</th><th>line</th></tr>";
-        res.hits.forEach(function (h) {
-          html += "<tr><td class='nowrap'>" + esc(h.time) + "</td><td>" + (h.rank == null ? "-" : h.rank) + "</td><td>" + esc(h.host) + "</td><td>" + esc(h.stream) + "</td><td><code>" + esc(h.line) + "</code></td></tr>";
-        });
-        if (cursor) {
-          var t = results.querySelector("table"); var more = results.querySelector("button"); if (more) more.remove();
-          t.insertAdjacentHTML("beforeend", html);
-        } else {
-          results.innerHTML = html + "</table>";
-          counts.textContent = res.total + " matching lines";
-          if (form.elements.q.value.trim()) perRank(form.elements.q.value);
-        }
-        if (res.next_cursor) {
-          var b = document.createElement("button"); b.textContent = "more"; b.type = "button";
-          b.onclick = function () { run(res.next_cursor); }; results.appendChild(b);
-        }
-      })
-      .catch(function (e) { errorBox.textContent = e.message; results.innerHTML = ""; counts.textContent = ""; });
-  }
-  if (form) form.addEventListener("submit", function (ev) { ev.preventDefault(); run(null); });
 })();
