@@ -125,9 +125,10 @@ impl Claims {
         }
         self.sessions.insert(o.session_id.to_string(), (o.rank, o.instance.to_string()));
         self.speakers.insert((o.rank, o.instance.to_string()));
+        // A ranked session resumes its own rank's streams only (its agent ships nothing else).
         let resume_from = positions
             .iter()
-            .filter(|((_, _, l), _)| *l == lane)
+            .filter(|((r, _, l), _)| *l == lane && (o.rank.is_none() || *r == o.rank))
             .map(|((rank, stream, _), next)| {
                 let rank = rank.map(|r| r.to_string()).unwrap_or_else(|| "-".into());
                 (format!("{rank}/{}", stream.as_str()), *next)

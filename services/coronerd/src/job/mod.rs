@@ -167,7 +167,7 @@ impl Job {
     /// Registers a session's claim on its rank: its lane, where it resumes, and a note for the
     /// report when another agent of that rank has not ended (see `claims.rs`).
     pub fn claim(&self, opening: &Opening<'_>) -> Granted {
-        let positions = self.positions();
+        let positions = self.positions.for_opening(opening.rank);
         let granted = self.claims().open(opening, &positions);
         if let Some(note) = &granted.note {
             tracing::warn!(job = %self.id, "{note}");

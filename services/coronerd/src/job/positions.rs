@@ -88,6 +88,17 @@ impl Committed {
         self.lock().clone()
     }
 
+    /// The positions an opening session of `rank` needs: its own rank's (a range of the ordered
+    /// map), or every one for a session without a rank (a launcher's agent files lines under
+    /// many ranks). Copying the whole map per rank made 16,384 openings quadratic.
+    pub fn for_opening(&self, rank: Option<u32>) -> Positions {
+        let all = self.lock();
+        match rank {
+            None => all.clone(),
+            Some(r) => all.range((Some(r), Stream::Stdout, 0)..=(Some(r), Stream::File, u32::MAX)).map(|(k, v)| (*k, *v)).collect(),
+        }
+    }
+
     /// Reads the positions in place (the committer's dedup, without a copy).
     pub fn with<R>(&self, f: impl FnOnce(&Positions) -> R) -> R {
         f(&self.lock())
@@ -107,6 +118,21 @@ impl Committed {
 mod tests {
     use super::*;
     use coroner_model::Rank;
+
+    #[test]
+    fn an_opening_rank_sees_only_its_own_streams_and_a_rankless_one_all() {
+        let mut p = Positions::new();
+        for (rank, stream, seq) in
+            [(Some(1), Stream::Stdout, 4), (Some(1), Stream::File, 7), (Some(2), Stream::Stderr, 9), (None, Stream::Stdout, 3), (Some(0), Stream::Stdout, 1)]
+        {
+            record(&mut p, rank, stream, seq);
+        }
+        let c = Committed::new(p.clone());
+        let own: Vec<StreamLane> = c.for_opening(Some(1)).into_keys().collect();
+        assert_eq!(own, vec![(Some(1), Stream::Stdout, 0), (Some(1), Stream::File, 0)]);
+        assert!(c.for_opening(Some(7)).is_empty());
+        assert_eq!(c.for_opening(None), p);
+    }
 
     fn line(rank: u32, seq: u64) -> LogLine {
         LogLine { rank: Some(Rank(rank)), stream: Stream::Stdout, seq, capture_ns: 0, bytes: b"x".to_vec() }
