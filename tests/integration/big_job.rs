@@ -1,9 +1,14 @@
-//! A large job built through the server's own ingest in bulk: one OTLP/HTTP export (`POST
-//! /v1/logs`, protobuf and gzip as the Collector's `otlphttp` exporter sends it) carrying a few
-//! lines for each of `world` ranks, 8 a host. One rank runs out of CUDA memory first (a traceback
-//! on stderr); every other rank's NCCL watchdog times out on the collective it waited in, minutes
-//! later. Importing rank by rank (`coroner import`: one session each) takes ~0.3 s a rank in a
-//! debug build; one export files them all in one request.
+//! A large job built through the server's own ingest in bulk: `world` ranks, 8 a host, a session
+//! each over one gRPC channel (`ship`), a few lines each. One rank runs out of CUDA memory first
+//! (a traceback on stderr); every other rank's NCCL watchdog times out on the collective it waited
+//! in, ten minutes later. `coroner import` opens one session per rank in turn (~0.3 s a rank in a
+//! debug build); here every agent opens its session first, as at a job's start, then all ship at
+//! once, and the server's arrivals and group commit take them in bulk (4,096 ranks: ~11 s in a
+//! debug build on a loaded 2-core machine).
+//!
+//! Opening the sessions first matters: an `OpenSession` answers the positions the job holds
+//! (`resume_from`, every rank's streams), so agents opening one by one while the others already
+//! shipped cost the server time growing with the square of the ranks (~60 s for 4,096).
 
 use crate::served::runtime;
 use coroner_proto::v1::{self, ingest_client::IngestClient};
@@ -52,7 +57,7 @@ fn rank_lines(rank: u32, world: u32) -> Vec<(u64, &'static str, String)> {
         lines.push((
             4 * SECOND + 600 * SECOND + skew + u64::from(rank) * 10_000,
             "stderr",
-            format!("[rank{rank}]:[E1202 03:00:00.000000000 ProcessGroupNCCL.cpp:689] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=1153, NumelOut=1153, Timeout(ms)=600000) ran for {ran} milliseconds before timing out."),
+            format!("[rank{rank}]:[E1130 01:03:24.000000000 ProcessGroupNCCL.cpp:689] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=1153, NumelOut=1153, Timeout(ms)=600000) ran for {ran} milliseconds before timing out."),
         ));
     }
     lines

@@ -162,8 +162,8 @@ fn the_job_page_follows_the_job_explores_its_lines_and_shares_its_view() {
 const DRAWN: &str = "document.getElementById('culprit') !== null && document.querySelector('#timeline-svg g.lane') !== null && \
     new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(Math.max(1, Math.round(performance.now()))))))";
 
-/// A 4,096-rank job on 512 hosts, built through the server's ingest in bulk (one OTLP/HTTP
-/// export, `big_job.rs`): its page is drawn (banner and timeline) in a figure printed beside the
+/// A 4,096-rank job on 512 hosts, built through the server's ingest in bulk (a gRPC session per
+/// rank over one channel, `big_job.rs`): its page is drawn (banner and timeline) in a figure printed beside the
 /// 2 s target; the bound asserted only catches a page that never draws or has become far slower
 /// (on CI's loaded 2-core machine, with a debug build). The DOM stays small: lanes and lists
 /// draw only what is in view.
