@@ -31,7 +31,7 @@ impl Buckets {
         if t < self.start_ns || self.width_ns <= 0 {
             return None;
         }
-        let i = (t as i128 - self.start_ns as i128) / self.width_ns as i128;
+        let i = (i128::from(t) - i128::from(self.start_ns)) / i128::from(self.width_ns);
         (i < i128::from(self.count)).then_some(i as u32)
     }
 }

@@ -59,7 +59,7 @@ pub async fn histogram(searches: &Searches, job: &Arc<Job>, p: SearchParams, buc
     let Some((lo, hi)) = axis(searches, job, &p).await? else {
         return Ok(HistogramView { start_ns: 0, width_ns: 0, buckets, totals: vec![0; buckets as usize], rows: Vec::new(), grouped_by: "rank", outside: 0 });
     };
-    let width = ((hi as i128 - lo as i128) / i128::from(buckets) + 1).clamp(1, i128::from(i64::MAX)) as i64;
+    let width = ((i128::from(hi) - i128::from(lo)) / i128::from(buckets) + 1).clamp(1, i128::from(i64::MAX)) as i64;
     let axis = Buckets { start_ns: lo, width_ns: width, count: buckets };
     let stream = match p.stream.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => None,
