@@ -4,6 +4,7 @@ mod agent_fail_safe;
 mod api_conventions;
 mod auth;
 mod bad_input;
+mod big_job;
 mod cdp;
 mod compose;
 mod end_to_end;

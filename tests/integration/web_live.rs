@@ -9,6 +9,7 @@
 //! chromium the tests say SKIPPED off CI and fail on CI (`web::chromium`).
 //! `CORONER_SCREENSHOTS=DIR` keeps PNGs of the pages (docs/img was made so).
 
+use crate::big_job;
 use crate::cdp::{Browser, Tab};
 use crate::served::TestServer;
 use crate::web::chromium;
@@ -19,6 +20,9 @@ use std::time::{Duration, Instant};
 
 /// What "it never came" means on a loaded 2-core machine.
 const LIMIT: Duration = Duration::from_secs(60);
+/// A 4,096-rank page drawn later than this (debug build, loaded 2-core machine) has regressed;
+/// the target, 2 s, is printed beside the figure.
+const RENDER_LIMIT: Duration = Duration::from_secs(20);
 
 fn screenshot(b: &mut Browser, tab: &Tab, name: &str) {
     if let Some(dir) = std::env::var_os("CORONER_SCREENSHOTS") {
@@ -151,65 +155,70 @@ fn the_job_page_follows_the_job_explores_its_lines_and_shares_its_view() {
     screenshot(&mut b, &jobs, "jobs-list.png");
 }
 
-/// A bundle of `world` ranks, 8 a host, each with a few lines; rank `world / 3` runs out of memory.
-fn big_bundle(dir: &std::path::Path, world: u32) -> String {
-    let t0: i64 = 1_796_000_000_000_000_000;
-    std::fs::write(dir.join("meta.json"), format!("{{\"scenario\": \"web-big\", \"world_size\": {world}, \"backend\": \"nccl\"}}")).expect("meta");
-    let culprit = world / 3;
-    for r in 0..world {
-        let mut text = String::new();
-        for step in 0..4i64 {
-            let ts = t0 + step * 1_000_000_000 + i64::from(r) * 1000;
-            text.push_str(&format!("{{\"ts_ns\": {ts}, \"stream\": \"stdout\", \"line\": \"[rank{r}] step {step} loss 0.{r}\"}}\n"));
-        }
-        if r == culprit {
-            let ts = t0 + 5_000_000_000;
-            text.push_str(&format!("{{\"ts_ns\": {ts}, \"stream\": \"stderr\", \"line\": \"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB on rank {r}\"}}\n"));
-        }
-        std::fs::write(dir.join(format!("rank{r}.lines.jsonl")), text).expect("rank file");
-    }
-    (0..world / 8).map(|h| format!("{}-{}=node-{h:04}", h * 8, h * 8 + 7)).collect::<Vec<_>>().join(",")
-}
+/// What the page must show before it counts as drawn: the banner naming the culprit (rendered by
+/// the server) and the timeline with its lanes in view painted (drawn by `job.js` from
+/// `/api/jobs/<id>/timeline`). Answers the page's own clock (ms since navigation started) at the
+/// next animation frame after both were there, so the figure includes a paint.
+const DRAWN: &str = "document.getElementById('culprit') !== null && document.querySelector('#timeline-svg g.lane') !== null && \
+    new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(Math.max(1, Math.round(performance.now()))))))";
 
-/// Ignored by default: `coroner import` opens one session per rank, one after the other, about
-/// 0.3 s each in a debug build on a loaded 2-core machine (20 minutes for 4,096 ranks), far past
-/// the suite's budget. Run it with `--ignored` (a release build or more cores).
+/// A 4,096-rank job on 512 hosts, built through the server's ingest in bulk (a gRPC session per
+/// rank over one channel, `big_job.rs`): its page is drawn (banner and timeline) in a figure printed beside the
+/// 2 s target; the bound asserted only catches a page that never draws or has become far slower
+/// (on CI's loaded 2-core machine, with a debug build). The DOM stays small: lanes and lists
+/// draw only what is in view.
 #[test]
-#[ignore = "imports 4,096 ranks one session at a time: ~20 min in a debug build on 2 cores"]
 fn a_4096_rank_job_page_renders_with_few_elements() {
     let Some(browser) = chromium() else { return };
+    const WORLD: u32 = 4096;
     let served = TestServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let hosts = big_bundle(dir.path(), 4096);
     let started = Instant::now();
-    let out = served.coroner(&["import", dir.path().to_str().expect("utf-8"), "--job", "web-big", "--host-map", &hosts]);
-    assert!(out.status.success(), "import: {}", String::from_utf8_lossy(&out.stderr));
-    eprintln!("4,096-rank job imported in {} ms", started.elapsed().as_millis());
+    big_job::ship(&served.grpc_url, "web-big", WORLD);
+    eprintln!("4,096-rank job shipped by 4,096 sessions over one gRPC channel in {} ms", started.elapsed().as_millis());
+    let culprit = big_job::culprit(WORLD);
+    let deadline = Instant::now() + LIMIT;
+    let report = loop {
+        let r = served.report("web-big");
+        if r["first_failure"]["rank"] == culprit || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(report["first_failure"]["rank"], culprit, "the OOM rank fails first: {}", report["first_failure"]);
+    eprintln!("report naming rank {culprit} after {} ms", started.elapsed().as_millis());
 
     let mut b = Browser::launch(&browser);
     let page = format!("http://127.0.0.1:{}/jobs/web-big", served.http_port);
-    // A warm-up page first: the browser's own start is not the page's render.
+    // The browser's own start is not the page's render: a blank tab first, then the page.
     let tab = b.open("about:blank", 1400, 1000);
     let started = Instant::now();
     b.navigate(&tab, &page);
-    b.wait_for(&tab, "the timeline drawn", "document.getElementById('timeline-svg') !== null", LIMIT);
+    let (in_page, _) = b.wait_for(&tab, "the page drawn (banner with the culprit, timeline lanes)", DRAWN, RENDER_LIMIT);
     let ms = started.elapsed().as_millis();
     let lanes = b.eval(&tab, "+document.getElementById('timeline-svg').getAttribute('data-lanes')");
+    let painted = b.eval(&tab, "document.querySelectorAll('#timeline-svg g.lane').length");
     let elements = b.eval(&tab, "document.getElementsByTagName('*').length").as_u64().unwrap_or(u64::MAX);
-    eprintln!("4,096-rank job page: rendered (banner, timeline of {lanes} host lanes) in {ms} ms (target: 2,000 ms), {elements} elements");
-    assert_eq!(lanes, 512, "lanes are hosts");
+    eprintln!(
+        "4,096-rank job page: drawn (banner, timeline of {lanes} host lanes, {painted} painted) in {ms} ms seen from the test, {in_page} ms by the page's clock (target: 2,000 ms), {elements} elements"
+    );
+    assert!(ms < RENDER_LIMIT.as_millis(), "drawn in {ms} ms");
+    assert_eq!(lanes, WORLD / big_job::RANKS_PER_HOST, "lanes are hosts");
+    assert!(painted.as_u64().is_some_and(|n| n > 0 && n < 100), "only the lanes in view are painted: {painted}");
     // Per-rank DOM would be tens of thousands of elements; the page draws what is in view.
     assert!(elements < 5_000, "{elements} elements");
-    let culprit = b.eval(&tab, "document.getElementById('culprit').textContent");
-    assert_eq!(culprit, "rank 1365");
+    let named = b.eval(&tab, "document.getElementById('culprit').textContent");
+    assert_eq!(named, format!("rank {culprit}"));
 
     // The histogram groups 4,096 ranks by host.
-    b.eval(&tab, "(() => { const f = document.getElementById('search'); f.elements.q.value = 'loss'; f.requestSubmit(); return true; })()");
+    b.eval(&tab, "(() => { const f = document.getElementById('search'); f.elements.q.value = 'Watchdog'; f.requestSubmit(); return true; })()");
     let (rows, _) = b.wait_for(&tab, "the histogram's rows", "document.querySelectorAll('#hist-rows .vrow').length", LIMIT);
     assert!(rows.as_u64().is_some_and(|n| n > 0 && n < 100), "only rows in view: {rows}");
-    let (_, hist) = served.get_json("/api/jobs/web-big/histogram?q=loss");
+    let (_, hist) = served.get_json("/api/jobs/web-big/histogram?q=Watchdog");
     assert_eq!(hist["grouped_by"], "host", "{}", &hist.to_string()[..200]);
     assert_eq!(hist["rows"].as_array().map(Vec::len), Some(512));
+    let elements = b.eval(&tab, "document.getElementsByTagName('*').length").as_u64().unwrap_or(u64::MAX);
+    assert!(elements < 5_000, "{elements} elements with the search's results and histogram");
+    b.eval(&tab, "window.scrollTo(0, 0), true");
     screenshot(&mut b, &tab, "job-4096-ranks.png");
 }
 
