@@ -204,14 +204,19 @@ impl RankParser {
     }
 
     /// What [`RankParser::finish`] would add now, leaving the parser as it is (more lines may
-    /// come): a report of a running job closes open blocks on copies. Only the open blocks and
-    /// the last collectives are copied, nothing when there are none: a 16,384-rank job has
+    /// come): a report of a running job closes open blocks on copies. Only what `finish` reports
+    /// (the open blocks, the last collectives, a store barrier still waited in) is copied, nothing when there are none: a 16,384-rank job has
     /// 32k parsers, nearly all with nothing open.
     pub fn finish_copy(&self, out: &mut Vec<Event>) {
-        if self.blocks.is_empty() && self.last_collectives.is_empty() {
+        if self.blocks.is_empty() && self.last_collectives.is_empty() && self.store_barrier.is_none() {
             return;
         }
-        let mut copy = RankParser { blocks: self.blocks.clone(), last_collectives: self.last_collectives.clone(), ..RankParser::new(self.rank) };
+        let mut copy = RankParser {
+            blocks: self.blocks.clone(),
+            last_collectives: self.last_collectives.clone(),
+            store_barrier: self.store_barrier.clone(),
+            ..RankParser::new(self.rank)
+        };
         copy.finish(out);
     }
 
@@ -514,28 +519,32 @@ mod tests {
     fn finish_copy_gives_what_finish_gives_and_leaves_the_parser_open() {
         use super::RankParser;
         use coroner_model::{LogLine, Rank, Stream};
-        let lines = [
+        let traceback = [
             "Traceback (most recent call last):",
             "  File \"train.py\", line 10, in <module>",
             "    main()",
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
         ];
-        let mut p = RankParser::new(Some(Rank(3)));
-        let mut out = Vec::new();
-        for (seq, text) in lines.iter().enumerate() {
-            p.push(
-                &LogLine { rank: Some(Rank(3)), stream: Stream::Stderr, seq: seq as u64, capture_ns: seq as i64, bytes: text.as_bytes().to_vec() },
-                &mut out,
-            );
+        // A store barrier still waited in is reported by `finish` too (a start-up short of ranks).
+        let barrier = ["I0101 10:00:00.000000 1 distributed_c10d.py:300] Waiting in store based barrier to initialize process group for rank: 3, key: store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)"];
+        for lines in [&traceback[..], &barrier[..]] {
+            let mut p = RankParser::new(Some(Rank(3)));
+            let mut out = Vec::new();
+            for (seq, text) in lines.iter().enumerate() {
+                p.push(
+                    &LogLine { rank: Some(Rank(3)), stream: Stream::Stderr, seq: seq as u64, capture_ns: seq as i64, bytes: text.as_bytes().to_vec() },
+                    &mut out,
+                );
+            }
+            let (mut copied, mut finished) = (Vec::new(), Vec::new());
+            p.finish_copy(&mut copied);
+            p.clone().finish(&mut finished);
+            assert!(!finished.is_empty(), "something is still open after {lines:?}: {out:?}");
+            assert_eq!(copied, finished);
+            let mut again = Vec::new();
+            p.finish_copy(&mut again);
+            assert_eq!(again, finished, "the parser itself was left open");
         }
-        let (mut copied, mut finished) = (Vec::new(), Vec::new());
-        p.finish_copy(&mut copied);
-        p.clone().finish(&mut finished);
-        assert!(!finished.is_empty(), "the traceback is still open: {out:?}");
-        assert_eq!(copied, finished);
-        let mut again = Vec::new();
-        p.finish_copy(&mut again);
-        assert_eq!(again, finished, "the parser itself was left open");
         let mut none = Vec::new();
         RankParser::new(None).finish_copy(&mut none);
         assert!(none.is_empty());
