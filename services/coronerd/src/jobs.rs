@@ -345,9 +345,12 @@ mod tests {
         let (written, watched) = (JobId::parse("written").expect("an id"), JobId::parse("watched").expect("an id"));
         jobs.heard_from(&written, Some(2), 1_000).await.expect("heard from");
         jobs.heard_from(&written, None, 2_000).await.expect("heard from again");
-        assert_eq!(last_seen(&jobs, &written).await, Some(2_000));
+        assert_eq!(last_seen(&jobs, &written).await, Some(1_000), "a touch within TOUCH_EVERY of the last is not written");
+        let later = 1_000 + crate::arrivals::TOUCH_EVERY.as_nanos() as i64;
+        jobs.heard_from(&written, None, later).await.expect("heard from later");
+        assert_eq!(last_seen(&jobs, &written).await, Some(later));
         jobs.watched(&written).await.expect("watched");
-        assert_eq!(last_seen(&jobs, &written).await, Some(2_000), "watching a job is not activity");
+        assert_eq!(last_seen(&jobs, &written).await, Some(later), "watching a job is not activity");
         assert_eq!(last_seen(&jobs, &watched).await, None);
         jobs.watched(&watched).await.expect("a job watched before its agents start");
         assert!(last_seen(&jobs, &watched).await.is_some(), "created empty");
