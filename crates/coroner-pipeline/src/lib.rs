@@ -191,6 +191,11 @@ impl JobPipeline {
         self.launcher_succeeded = exit_code == Some(0) && signal.is_none();
     }
 
+    /// How many ranks' ends their agents reported (each rank once, its latest end).
+    pub fn ranks_ended(&self) -> usize {
+        self.first_hand_ends.len()
+    }
+
     pub fn add_end(&mut self, end: ProcessEnd) {
         if let Some(live) = &mut self.live {
             live.push_end(end.rank);

@@ -91,15 +91,25 @@ macro_rules! impl_metastore {
             }
 
             async fn record_exit(&self, job: &coroner_model::JobId, end: &coroner_model::ProcessEnd) -> Result<(), $crate::StoreError> {
-                sqlx::query($crate::sql::RECORD_EXIT)
-                    .bind(job.as_str())
-                    .bind(i64::from(end.rank.0))
-                    .bind(end.exit_code.map(i64::from))
-                    .bind(end.signal.map(i64::from))
-                    .bind(end.at_ns)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| $crate::StoreError::query("record the process end", job.as_str(), e))?;
+                self.record_exits(&[(job.clone(), end.clone())]).await
+            }
+
+            async fn record_exits(&self, ends: &[(coroner_model::JobId, coroner_model::ProcessEnd)]) -> Result<(), $crate::StoreError> {
+                let Some((first, _)) = ends.first() else { return Ok(()) };
+                let err = |e| $crate::StoreError::query("record the process end", first.as_str(), e);
+                let mut tx = self.pool.begin().await.map_err(err)?;
+                for (job, end) in ends {
+                    sqlx::query($crate::sql::RECORD_EXIT)
+                        .bind(job.as_str())
+                        .bind(i64::from(end.rank.0))
+                        .bind(end.exit_code.map(i64::from))
+                        .bind(end.signal.map(i64::from))
+                        .bind(end.at_ns)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| $crate::StoreError::query("record the process end", job.as_str(), e))?;
+                }
+                tx.commit().await.map_err(err)?;
                 Ok(())
             }
 

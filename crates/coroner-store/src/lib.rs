@@ -60,6 +60,9 @@ pub trait Metastore: IncidentStore + LeaseStore + NotificationStore + StorageSto
     async fn clock_samples(&self, job: &JobId) -> Result<Vec<ClockSample>, StoreError>;
     /// Records how a rank's process ended; a later end of the same rank replaces it.
     async fn record_exit(&self, job: &JobId, end: &ProcessEnd) -> Result<(), StoreError>;
+    /// Records several process ends, of any jobs, in one transaction (a job's ranks all ending
+    /// within a second or two: one commit for every end reported meanwhile); all or none.
+    async fn record_exits(&self, ends: &[(JobId, ProcessEnd)]) -> Result<(), StoreError>;
     /// The job's process ends by rank.
     async fn process_ends(&self, job: &JobId) -> Result<Vec<ProcessEnd>, StoreError>;
     /// Adds `n` to the job's count of indexed lines.

@@ -3,73 +3,102 @@
 //! once were admitted at ~13 per second when every OpenSession wrote its session row, and
 //! touched its job row twice, each in a transaction of its own (docs/LOAD.md).
 //!
-//! - [`SessionWriter`]: every session row queued while the previous group was being written is
-//!   written in one transaction (as the committer groups batches); a group the store refuses is
-//!   written again row by row, so one bad session (a job deleted meanwhile) fails alone.
+//! - [`GroupWriter`]: every row queued while the previous group was being written is written in
+//!   one transaction (as the committer groups batches); a group the store refuses is written
+//!   again row by row, so one bad row (a job deleted meanwhile) fails alone. Session rows
+//!   ([`SessionWriter`]) and process ends ([`ExitWriter`]: a job's ranks all end within a second
+//!   or two, and 16,384 exits written one transaction each took minutes).
 //! - [`RecentTouches`]: a job row touched less than [`TOUCH_EVERY`] ago with no larger world
 //!   size is not written again: `last_seen_ns` may lag by that much, and nothing else changes.
 
 use crate::error::ServiceError;
-use coroner_model::{JobId, Nanos};
-use coroner_store::{Metastore, SessionRecord};
+use coroner_model::{JobId, Nanos, ProcessEnd};
+use coroner_store::{Metastore, SessionRecord, StoreError};
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// At most this many session rows in one transaction.
+/// At most this many rows in one transaction.
 const GROUP: usize = 512;
-/// Sessions waiting for the writer; past this, OpenSession waits (backpressure, nothing dropped).
+/// Rows waiting for the writer; past this, the RPC waits (backpressure, nothing dropped).
 const QUEUE: usize = 16_384;
 /// A job row is written at most this often when nothing but its `last_seen_ns` would change.
 pub const TOUCH_EVERY: Duration = Duration::from_millis(500);
 
-struct Pending {
-    record: SessionRecord,
+/// A row that arrives with one agent's call and is written in a group with the others.
+pub trait Grouped: Send + Sync + Sized + 'static {
+    /// Writes `rows` in one transaction, all or none.
+    fn write<'a>(store: &'a dyn Metastore, rows: &'a [Self]) -> impl Future<Output = Result<(), StoreError>> + Send + 'a;
+}
+
+impl Grouped for SessionRecord {
+    fn write<'a>(store: &'a dyn Metastore, rows: &'a [Self]) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        store.open_sessions(rows)
+    }
+}
+
+/// A rank's end, of its job.
+impl Grouped for (JobId, ProcessEnd) {
+    fn write<'a>(store: &'a dyn Metastore, rows: &'a [Self]) -> impl Future<Output = Result<(), StoreError>> + Send + 'a {
+        store.record_exits(rows)
+    }
+}
+
+struct Pending<T> {
+    row: T,
     done: oneshot::Sender<Result<(), ServiceError>>,
 }
 
-/// Writes session rows in groups; the writer task starts with the first session (inside the
-/// server's runtime) and ends when this is dropped.
-pub struct SessionWriter {
+/// Writes rows of one kind in groups: every row queued while the previous group was written goes
+/// in the next transaction. The writer task starts with the first row (inside the server's
+/// runtime) and ends when this is dropped.
+pub struct GroupWriter<T> {
     store: Arc<dyn Metastore>,
-    queue: OnceLock<mpsc::Sender<Pending>>,
+    queue: OnceLock<mpsc::Sender<Pending<T>>>,
 }
 
-impl SessionWriter {
-    pub fn new(store: Arc<dyn Metastore>) -> SessionWriter {
-        SessionWriter { store, queue: OnceLock::new() }
+/// Session rows (OpenSession).
+pub type SessionWriter = GroupWriter<SessionRecord>;
+/// Process ends (ReportExit).
+pub type ExitWriter = GroupWriter<(JobId, ProcessEnd)>;
+
+impl<T: Grouped> GroupWriter<T> {
+    pub fn new(store: Arc<dyn Metastore>) -> GroupWriter<T> {
+        GroupWriter { store, queue: OnceLock::new() }
     }
 
-    /// Records a session; returns once its row is committed.
-    pub async fn open(&self, record: SessionRecord) -> Result<(), ServiceError> {
+    /// Writes `row`; returns once it is committed.
+    pub async fn write(&self, row: T) -> Result<(), ServiceError> {
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::channel(QUEUE);
             tokio::spawn(write_groups(self.store.clone(), rx));
             tx
         });
         let (done, written) = oneshot::channel();
-        let stopped = || ServiceError::Unavailable("the server is stopping: its session writer has ended; retry".into());
-        queue.send(Pending { record, done }).await.map_err(|_| stopped())?;
+        let stopped = || ServiceError::Unavailable("the server is stopping: its store writer has ended; retry".into());
+        queue.send(Pending { row, done }).await.map_err(|_| stopped())?;
         written.await.map_err(|_| stopped())?
     }
 }
 
-async fn write_groups(store: Arc<dyn Metastore>, mut queue: mpsc::Receiver<Pending>) {
+async fn write_groups<T: Grouped>(store: Arc<dyn Metastore>, mut queue: mpsc::Receiver<Pending<T>>) {
     let mut group = Vec::with_capacity(GROUP);
     while queue.recv_many(&mut group, GROUP).await > 0 {
-        let (records, answers): (Vec<SessionRecord>, Vec<_>) = group.drain(..).map(|p| (p.record, p.done)).unzip();
-        match store.open_sessions(&records).await {
+        let (rows, answers): (Vec<T>, Vec<_>) = group.drain(..).map(|p| (p.row, p.done)).unzip();
+        match T::write(&*store, &rows).await {
             Ok(()) => answers.into_iter().for_each(|a| drop(a.send(Ok(())))),
-            Err(e) if records.len() == 1 => {
+            Err(e) if rows.len() == 1 => {
                 if let Some(answer) = answers.into_iter().next() {
                     let _ = answer.send(Err(e.into()));
                 }
             }
             Err(e) => {
-                tracing::debug!(error = %e, sessions = records.len(), "a group of sessions was refused; writing them one by one");
-                for (record, answer) in records.iter().zip(answers) {
-                    let _ = answer.send(store.open_session(record).await.map_err(ServiceError::from));
+                // One bad row (a job deleted meanwhile) fails alone.
+                tracing::debug!(error = %e, rows = rows.len(), "a group was refused; writing its rows one by one");
+                for (row, answer) in rows.iter().zip(answers) {
+                    let _ = answer.send(T::write(&*store, std::slice::from_ref(row)).await.map_err(ServiceError::from));
                 }
             }
         }

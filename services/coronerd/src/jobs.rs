@@ -7,13 +7,13 @@
 //! another live instance holds it, [`Jobs::get`] answers [`ServiceError::Elsewhere`]. Several
 //! instances share one data dir, so a new owner recovers a job exactly as a restarted server does.
 
-use crate::arrivals::{RecentTouches, SessionWriter};
+use crate::arrivals::{ExitWriter, RecentTouches, SessionWriter};
 use crate::error::ServiceError;
 use crate::job::{Job, Shared};
 use crate::metrics::Metrics;
 use crate::ownership::{self, Claim, Fence, Instance};
 use coroner_analysis::RuleSet;
-use coroner_model::{JobId, Nanos, Report, Suspect};
+use coroner_model::{JobId, Nanos, ProcessEnd, Report, Suspect};
 use coroner_store::{JobFilter, JobRow, Metastore, SessionRecord};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,6 +50,8 @@ pub struct Jobs {
     known_jobs: tokio::sync::Mutex<Option<u64>>,
     /// Session rows, written in groups (`arrivals.rs`).
     sessions: SessionWriter,
+    /// Process ends, written in groups (`arrivals.rs`).
+    exits: ExitWriter,
     /// Job rows touched lately (`arrivals.rs`): a burst of agents writes each job row twice a second at most.
     touches: RecentTouches,
 }
@@ -57,6 +59,7 @@ pub struct Jobs {
 impl Jobs {
     pub fn new(shared: Shared, shutdown: CancellationToken, me: Instance) -> Jobs {
         let sessions = SessionWriter::new(shared.store.clone());
+        let exits = ExitWriter::new(shared.store.clone());
         Jobs {
             store: shared.store.clone(),
             rules: shared.rules.clone(),
@@ -70,6 +73,7 @@ impl Jobs {
             keepers: CancellationToken::new(),
             known_jobs: tokio::sync::Mutex::new(None),
             sessions,
+            exits,
             touches: RecentTouches::default(),
         }
     }
@@ -155,7 +159,12 @@ impl Jobs {
 
     /// Records an agent's session.
     pub async fn open_session(&self, session: SessionRecord) -> Result<(), ServiceError> {
-        self.sessions.open(session).await
+        self.sessions.write(session).await
+    }
+
+    /// Records how a rank's process ended.
+    pub async fn record_end(&self, job: &JobId, end: &ProcessEnd) -> Result<(), ServiceError> {
+        self.exits.write((job.clone(), end.clone())).await
     }
 
     /// The jobs the store holds, filtered.

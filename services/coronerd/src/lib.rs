@@ -17,6 +17,7 @@ mod incidents;
 mod job;
 mod jobs;
 pub mod limits;
+mod listen;
 mod loki;
 pub mod metrics;
 
@@ -89,12 +90,8 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     let rules = load_rules(&config)?;
     let store = coroner_store::connect(&config.database_url()).await.with_context(|| format!("open the metadata store {}", redact(&config.database_url())))?;
 
-    let grpc_listener = tokio::net::TcpListener::bind(config.grpc_addr)
-        .await
-        .with_context(|| format!("bind the gRPC address {} (in use? set --grpc-addr)", config.grpc_addr))?;
-    let http_listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("bind the HTTP address {} (in use? set --http-addr)", config.http_addr))?;
+    let grpc_listener = listen::bind(config.grpc_addr).with_context(|| format!("bind the gRPC address {} (in use? set --grpc-addr)", config.grpc_addr))?;
+    let http_listener = listen::bind(config.http_addr).with_context(|| format!("bind the HTTP address {} (in use? set --http-addr)", config.http_addr))?;
     let bound = Bound { grpc: grpc_listener.local_addr()?, http: http_listener.local_addr()? };
     let me = config.instance(bound.grpc, bound.http);
     tracing::info!(grpc = %bound.grpc, http = %bound.http, data_dir = %config.data_dir.display(), instance = %me.claimant.owner, tokens = tokens.enforced(), "coronerd listening");

@@ -45,6 +45,7 @@ all_backends!(
     sessions_open_in_groups_all_or_none,
     clock_samples_keep_rank_then_arrival_order,
     process_ends_upsert_per_rank,
+    exits_record_in_groups_all_or_none,
     lines_and_report_update_the_job,
     list_jobs_filters_newest_first,
     list_jobs_pages_by_keyset,

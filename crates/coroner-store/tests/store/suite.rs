@@ -128,6 +128,25 @@ pub async fn clock_samples_keep_rank_then_arrival_order(store: Store) -> Result<
     Ok(())
 }
 
+/// Ends reported together (every rank of a job finishing at once) are one transaction: a group
+/// with an end of an unknown job records none and names that job; a good group records every
+/// one, a rank ending twice in it keeping its later end.
+pub async fn exits_record_in_groups_all_or_none(store: Store) -> Result<()> {
+    let (a, b) = (job("exits-a"), job("exits-b"));
+    store.touch_job(&a, Some(4), 1).await?;
+    store.touch_job(&b, Some(4), 1).await?;
+    let end = |r: u32, code: i32| ProcessEnd { rank: Rank(r), exit_code: Some(code), signal: None, at_ns: Some(i64::from(code)) };
+    let bad = [(a.clone(), end(0, 0)), (job("exits-unknown"), end(1, 0)), (b.clone(), end(1, 0))];
+    assert!(matches!(store.record_exits(&bad).await, Err(StoreError::UnknownJob(ref id)) if id == "exits-unknown"));
+    assert!(store.process_ends(&a).await?.is_empty() && store.process_ends(&b).await?.is_empty(), "a refused group leaves no end behind");
+    let good = [(a.clone(), end(1, 1)), (b.clone(), end(0, 0)), (a.clone(), end(0, 0)), (a.clone(), end(1, 9))];
+    store.record_exits(&good).await?;
+    store.record_exits(&[]).await?;
+    assert_eq!(store.process_ends(&a).await?, vec![end(0, 0), end(1, 9)]);
+    assert_eq!(store.process_ends(&b).await?, vec![end(0, 0)]);
+    Ok(())
+}
+
 pub async fn process_ends_upsert_per_rank(store: Store) -> Result<()> {
     let j = job("exit-1");
     store.touch_job(&j, None, 1).await?;

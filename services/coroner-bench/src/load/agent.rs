@@ -13,6 +13,7 @@
 //! stream open and idle is measured meanwhile.
 
 use super::profile::Profile;
+use super::progress::Progress;
 use anyhow::{anyhow, bail, Context, Result};
 use coroner_model::now_ns;
 use coroner_proto::v1;
@@ -88,7 +89,7 @@ pub struct Tally {
 }
 
 /// Runs `plan` until every line is acknowledged (or `give_up` passes).
-pub async fn run(plan: Plan, acked_total: Arc<AtomicU64>, give_up: Instant) -> Tally {
+pub async fn run(plan: Plan, progress: Arc<Progress>, give_up: Instant) -> Tally {
     let mut t = Tally::default();
     let mut acked = 0u64;
     let mut highest_sent = 0u64;
@@ -105,10 +106,12 @@ pub async fn run(plan: Plan, acked_total: Arc<AtomicU64>, give_up: Instant) -> T
             break;
         }
         let progress_before = acked;
-        match session(&plan, &mut t, &mut acked, &mut highest_sent, &acked_total).await {
+        match session(&plan, &mut t, &mut acked, &mut highest_sent, &progress).await {
             Ok(()) => {}
             Err(e) => {
-                t.last_error = Some(format!("{e:#}"));
+                let error = format!("{e:#}");
+                progress.failed(&error);
+                t.last_error = Some(error);
                 if acked > progress_before {
                     backoff = Duration::from_millis(100);
                 }
@@ -130,8 +133,9 @@ async fn client(url: &str) -> Result<IngestClient<coroner_proto::auth::Channel>>
 }
 
 /// One session: connect, resume, ship until done or an error.
-async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut u64, acked_total: &AtomicU64) -> Result<()> {
+async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut u64, progress: &Progress) -> Result<()> {
     let mut c = client(&plan.url).await?;
+    progress.connects.fetch_add(1, Relaxed);
     let open = tokio::time::timeout(
         RPC_LIMIT,
         c.open_session(v1::OpenSessionRequest {
@@ -150,6 +154,7 @@ async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut
     .context("open a session")?
     .into_inner();
     t.sessions += 1;
+    progress.sessions.fetch_add(1, Relaxed);
     // What the server already holds was committed even if its acknowledgement was lost.
     let resume = open.resume_from.get(&format!("{}/stdout", plan.rank)).copied().unwrap_or(0);
     if resume > plan.lines {
@@ -157,7 +162,7 @@ async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut
     }
     if resume > *acked {
         t.skipped_on_resume += resume - *acked;
-        acked_total.fetch_add(resume - *acked, Relaxed);
+        progress.acked.fetch_add(resume - *acked, Relaxed);
         *acked = resume;
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<v1::LogBatch>(WINDOW);
@@ -253,7 +258,7 @@ async fn session(plan: &Plan, t: &mut Tally, acked: &mut u64, highest_sent: &mut
                     let _ = fresh.try_send(Acked { rank: plan.rank, seq: end - 1, at: now });
                 }
                 if end > *acked {
-                    acked_total.fetch_add(end - *acked, Relaxed);
+                    progress.acked.fetch_add(end - *acked, Relaxed);
                     *acked = end;
                 }
             }

@@ -16,6 +16,7 @@ mod freshness;
 mod lines;
 mod partition;
 pub mod profile;
+mod progress;
 mod server;
 mod verify;
 
@@ -74,6 +75,9 @@ pub struct LoadArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// No progress lines on stderr while it runs (one every 5 s by default).
+    #[arg(long)]
+    pub quiet: bool,
     /// Keep the run's folder (the server's data and its log, coronerd.log) and print where it is.
     #[arg(long)]
     pub keep: bool,
@@ -210,7 +214,7 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
     let start = agent::Start { ready: Arc::new(AtomicU64::new(0)), go };
     let (fresh_tx, fresh_rx) = tokio::sync::mpsc::channel(16);
     let fresh_every = (args.agents / 64).max(1);
-    let acked_total = Arc::new(AtomicU64::new(0));
+    let progress = Arc::new(progress::Progress::default());
     let partition = if args.cut > 0 { Some(partition::Partition::start(server.grpc).await.context("start the partition relay")?) } else { None };
     let give_up = Instant::now() + args.timeout;
     let cut_every = args.agents.checked_div(args.cut).map_or(u32::MAX, |n| n.max(1));
@@ -234,10 +238,23 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
                 _ => server.url(),
             },
         };
-        tasks.push(tokio::spawn(agent::run(plan, acked_total.clone(), give_up)));
+        tasks.push(tokio::spawn(agent::run(plan, progress.clone(), give_up)));
     }
     drop(fresh_tx);
     let fresh = tokio::spawn(freshness::check(server.url(), job.clone(), fresh_rx));
+    let memory = server.memory_handle();
+    let reporter = (!args.quiet).then(|| {
+        progress::report(
+            progress::Sources {
+                progress: progress.clone(),
+                ready: start.ready.clone(),
+                agents: args.agents,
+                total_lines: total,
+                rss_mb: Box::new(move || memory.last_mb()),
+            },
+            Duration::from_secs(5),
+        )
+    });
 
     // Every agent connected with its log stream open, before anything is printed (the server
     // closes a stream idle for 5 minutes: the gate opens before that, whoever is missing).
@@ -261,7 +278,7 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
     let mut restart_s = Vec::new();
     let mut problems = Vec::new();
     while tasks.iter().any(|t| !t.is_finished()) {
-        let done = acked_total.load(Relaxed) as f64 / total as f64;
+        let done = progress.acked.load(Relaxed) as f64 / total as f64;
         if kills.peek().is_some_and(|&f| done >= f) {
             kills.next();
             server.kill9()?;
@@ -304,7 +321,13 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
     }
     // The memory figures are the ingest's: reading every line back maps the index's pages too.
     let (rss_peak, anon_peak) = (server.memory().peak_mb(), server.memory().peak_anon_mb());
+    if !args.quiet {
+        eprintln!("coroner-bench load: every agent done after {wall:.1} s; reading every rank's lines back");
+    }
     let held = verify::check(&server.url(), &job, args.agents, lines).await?;
+    if let Some(r) = reporter {
+        r.abort();
+    }
     let rss_end = server.memory().last_mb();
     server.stop();
     if args.keep {

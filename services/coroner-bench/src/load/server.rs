@@ -107,6 +107,11 @@ impl ServerProcess {
         format!("http://{}", self.grpc)
     }
 
+    /// The sampler itself, for a task that outlives this borrow (the progress lines).
+    pub fn memory_handle(&self) -> Arc<MemorySampler> {
+        self.memory.clone()
+    }
+
     pub fn memory(&self) -> &MemorySampler {
         &self.memory
     }

@@ -213,7 +213,8 @@ impl Ingest for IngestService {
             }
         }
         let end = ProcessEnd { rank, exit_code: r.exit_code, signal: r.signal, at_ns: (r.at_ns != 0).then_some(r.at_ns) };
-        let ends = session.job.record_end(&end).await?;
+        // Stored before the evidence hears of it, so a job opened again reads it back.
+        self.jobs.record_end(session.job.id(), &end).await?;
         if r.dropped_lines > 0 {
             session.job.update(|p| {
                 p.add_note(format!(
@@ -224,7 +225,7 @@ impl Ingest for IngestService {
         }
         session.job.update(|p| {
             p.add_end(end);
-            if session.world_size.is_some_and(|w| ends >= w) {
+            if session.world_size.is_some_and(|w| p.ranks_ended() >= w as usize) {
                 p.set_finished(true);
             }
         });

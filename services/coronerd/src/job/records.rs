@@ -1,10 +1,10 @@
-//! The rows a job writes to the store beside its lines: clock samples, process ends and snapshot
-//! records. Each is stored before the evidence hears of it, so a job opened again (`recovery.rs`)
+//! The rows a job writes to the store beside its lines: clock samples and snapshot records
+//! (process ends are written in groups, `arrivals.rs`). Each is stored before the evidence hears of it, so a job opened again (`recovery.rs`)
 //! reads back what its reports were made of.
 
 use super::Job;
 use crate::error::ServiceError;
-use coroner_model::{ClockSample, ProcessEnd};
+use coroner_model::ClockSample;
 use coroner_store::SnapshotRecord;
 
 impl Job {
@@ -13,13 +13,6 @@ impl Job {
         self.store.add_clock_samples(&self.id, &samples).await?;
         self.update(|p| p.add_clock_samples(samples));
         Ok(())
-    }
-
-    /// Stores a rank's end; answers how many ends the job has stored (the caller adds it to the
-    /// evidence with what it knows of the world).
-    pub async fn record_end(&self, end: &ProcessEnd) -> Result<u32, ServiceError> {
-        self.store.record_exit(&self.id, end).await?;
-        Ok(self.store.process_ends(&self.id).await?.len() as u32)
     }
 
     /// The snapshots filed under this job.
