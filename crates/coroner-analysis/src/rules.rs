@@ -258,6 +258,30 @@ mod tests {
     }
 
     #[test]
+    fn a_bus_error_is_its_own_class_whoever_reports_it() {
+        let rules = RuleSet::builtin();
+        let bus = Some(FaultClass::BusError);
+        let end = ProcessEnd { rank: coroner_model::Rank(3), exit_code: Some(-7), signal: None, at_ns: None };
+        assert_eq!(rules.classify_end(&end).class(), bus, "torchrun's exitcode -7");
+        assert_eq!(rules.classify_parts("fatal_signal", "Fatal Python error: Bus error").class(), bus);
+        for line in [
+            "Bus error (core dumped)",
+            "[gpu-node-7:12345:0:12345] Caught signal 7 (Bus error: nonexistent physical address)",
+            "[node9:04242] Signal: Bus error (7)",
+        ] {
+            let v = rules.classify_parts("error_line", line);
+            assert_eq!((v.role, v.class()), (Role::Root, bus), "{line}");
+            assert!(v.rule.as_ref().and_then(|r| r.advice.as_deref()).is_some_and(|a| a.contains("/dev/shm")), "{line}");
+        }
+        // A DataLoader's own report of its worker's bus error stays a DataLoader failure.
+        assert_eq!(
+            rules.classify_parts("exception", "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.").class(),
+            Some(FaultClass::Dataloader)
+        );
+        assert_eq!(rules.classify_parts("error_line", "Segmentation fault (core dumped)").class(), Some(FaultClass::Segfault));
+    }
+
+    #[test]
     fn process_ends_are_classified_by_signal() {
         let rules = RuleSet::builtin();
         let end = |signal: Option<i32>, exit_code: Option<i32>| ProcessEnd { rank: coroner_model::Rank(0), exit_code, signal, at_ns: None };
