@@ -282,6 +282,18 @@ mod tests {
     }
 
     #[test]
+    fn a_rendezvous_still_waiting_for_its_participants_is_a_symptom() {
+        let rules = RuleSet::builtin();
+        let v = rules.classify_parts(
+            "error_line",
+            "This thread has been waiting for `initialize clique for rank 2; clique=devices=[0,1,2,3]; stream=0; run_id=17` for 20 seconds and may be stuck. Expected 4 threads to join the rendezvous, but not all of them arrived on time.",
+        );
+        assert_eq!(v.role, Role::Symptom);
+        // A wait that ran out (the rule's id says so): where it points is a hang.
+        assert!(v.rule.is_some_and(|r| r.id.contains("timeout")));
+    }
+
+    #[test]
     fn process_ends_are_classified_by_signal() {
         let rules = RuleSet::builtin();
         let end = |signal: Option<i32>, exit_code: Option<i32>| ProcessEnd { rank: coroner_model::Rank(0), exit_code, signal, at_ns: None };
