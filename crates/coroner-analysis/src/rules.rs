@@ -268,6 +268,8 @@ mod tests {
             "Bus error (core dumped)",
             "[gpu-node-7:12345:0:12345] Caught signal 7 (Bus error: nonexistent physical address)",
             "[node9:04242] Signal: Bus error (7)",
+            // Two processes' faulthandler messages interleaved byte by byte.
+            "tests/test_x.py Fatal Python error: Fatal Python error: Bus errorBus error",
         ] {
             let v = rules.classify_parts("error_line", line);
             assert_eq!((v.role, v.class()), (Role::Root, bus), "{line}");
