@@ -25,7 +25,7 @@ pub fn class_weight(class: FaultClass) -> f64 {
     match class {
         FaultClass::GpuHardware => 4.0,
         FaultClass::NcclError => 2.0,
-        FaultClass::Segfault | FaultClass::Killed | FaultClass::Hang | FaultClass::NanInf => 1.0,
+        FaultClass::Segfault | FaultClass::BusError | FaultClass::Killed | FaultClass::Hang | FaultClass::NanInf => 1.0,
         FaultClass::CudaOom | FaultClass::Dataloader => 0.5,
         FaultClass::PythonException
         | FaultClass::CollectiveMismatch

@@ -234,3 +234,16 @@ fn a_lone_failed_rank_without_a_reason_is_named() {
     let f = report.first_failure.as_ref().expect("a first failure");
     assert_eq!((report.verdict, f.rank.map(|r| r.0)), (Verdict::Failed, Some(6)));
 }
+
+#[test]
+fn a_worker_killed_by_sigbus_is_a_bus_error_on_that_rank_with_the_shared_memory_advice() {
+    let mut ev = job(4);
+    // Rank 2 dies of SIGBUS (torchrun's exitcode -7); the launcher then stops the others.
+    ev.ends.push(end(2, Some(-7), None, Some(50)));
+    for r in [0, 1, 3] {
+        ev.ends.push(end(r, None, Some(15), Some(52)));
+    }
+    let report = run(ev);
+    assert_eq!(first(&report), (Verdict::Failed, Some(2), FaultClass::BusError));
+    assert!(report.advice.iter().any(|a| a.contains("/dev/shm") && a.contains("num_workers")), "{:?}", report.advice);
+}

@@ -258,6 +258,44 @@ mod tests {
     }
 
     #[test]
+    fn a_bus_error_is_its_own_class_whoever_reports_it() {
+        let rules = RuleSet::builtin();
+        let bus = Some(FaultClass::BusError);
+        let end = ProcessEnd { rank: coroner_model::Rank(3), exit_code: Some(-7), signal: None, at_ns: None };
+        assert_eq!(rules.classify_end(&end).class(), bus, "torchrun's exitcode -7");
+        assert_eq!(rules.classify_parts("fatal_signal", "Fatal Python error: Bus error").class(), bus);
+        for line in [
+            "Bus error (core dumped)",
+            "[gpu-node-7:12345:0:12345] Caught signal 7 (Bus error: nonexistent physical address)",
+            "[node9:04242] Signal: Bus error (7)",
+            // Two processes' faulthandler messages interleaved byte by byte.
+            "tests/test_x.py Fatal Python error: Fatal Python error: Bus errorBus error",
+        ] {
+            let v = rules.classify_parts("error_line", line);
+            assert_eq!((v.role, v.class()), (Role::Root, bus), "{line}");
+            assert!(v.rule.as_ref().and_then(|r| r.advice.as_deref()).is_some_and(|a| a.contains("/dev/shm")), "{line}");
+        }
+        // A DataLoader's own report of its worker's bus error stays a DataLoader failure.
+        assert_eq!(
+            rules.classify_parts("exception", "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.").class(),
+            Some(FaultClass::Dataloader)
+        );
+        assert_eq!(rules.classify_parts("error_line", "Segmentation fault (core dumped)").class(), Some(FaultClass::Segfault));
+    }
+
+    #[test]
+    fn a_rendezvous_still_waiting_for_its_participants_is_a_symptom() {
+        let rules = RuleSet::builtin();
+        let v = rules.classify_parts(
+            "error_line",
+            "This thread has been waiting for `initialize clique for rank 2; clique=devices=[0,1,2,3]; stream=0; run_id=17` for 20 seconds and may be stuck. Expected 4 threads to join the rendezvous, but not all of them arrived on time.",
+        );
+        assert_eq!(v.role, Role::Symptom);
+        // A wait that ran out (the rule's id says so): where it points is a hang.
+        assert!(v.rule.is_some_and(|r| r.id.contains("timeout")));
+    }
+
+    #[test]
     fn process_ends_are_classified_by_signal() {
         let rules = RuleSet::builtin();
         let end = |signal: Option<i32>, exit_code: Option<i32>| ProcessEnd { rank: coroner_model::Rank(0), exit_code, signal, at_ns: None };

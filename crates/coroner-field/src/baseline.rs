@@ -23,6 +23,7 @@ static CLASSES: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
         ("shape_mismatch", r"(?i)shape|size of tensor|dimension"),
         ("tokenizer_mismatch", r"(?i)index out of range|vocab|token"),
         ("dataloader", r"(?i)dataloader|bus error|shared memory"),
+        ("bus_error", r"(?i)sigbus|signal 7\b"),
         ("segfault", r"(?i)segmentation fault|sigsegv|signal 11"),
         ("killed", r"(?i)killed|sigkill|cancelled|signal 9|sigterm"),
         ("nccl_error", r"(?i)nccl|connection|socket|network"),

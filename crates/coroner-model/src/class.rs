@@ -20,11 +20,14 @@ pub enum FaultClass {
     PythonException,
     NcclError,
     GpuHardware,
+    /// Killed by SIGBUS: memory that was mapped could not be backed, usually a full /dev/shm
+    /// (DataLoader workers, NCCL's shared-memory transport), sometimes a truncated mmap'ed file.
+    BusError,
     None,
 }
 
 impl FaultClass {
-    pub const ALL: [FaultClass; 14] = [
+    pub const ALL: [FaultClass; 15] = [
         FaultClass::Hang,
         FaultClass::CudaOom,
         FaultClass::Segfault,
@@ -38,6 +41,7 @@ impl FaultClass {
         FaultClass::PythonException,
         FaultClass::NcclError,
         FaultClass::GpuHardware,
+        FaultClass::BusError,
         FaultClass::None,
     ];
 
@@ -56,6 +60,7 @@ impl FaultClass {
             FaultClass::PythonException => "python_exception",
             FaultClass::NcclError => "nccl_error",
             FaultClass::GpuHardware => "gpu_hardware",
+            FaultClass::BusError => "bus_error",
             FaultClass::None => "none",
         }
     }

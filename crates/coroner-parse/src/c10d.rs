@@ -37,7 +37,9 @@ pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
         }
     } else if body.contains("Received a dump signal") {
         out.push(dump_signal(body));
-    } else if body.contains("last enqueued") || body.contains("Timeout at NCCL work") {
+    } else if body.contains("last enqueued") || body.contains("Timeout at NCCL work") || body.contains("detected by watchdog at work") {
+        // The head names the status line even when a paste or a terminal cut it before its
+        // `last enqueued ...` fields.
         out.push(pg_status(body));
     } else if body.contains("Terminating the process after attempting to dump debug info")
         || body.contains("we are taking the entire process down")
@@ -396,6 +398,12 @@ mod tests {
         let k =
             one("[Rank 3] Exception (either an error or timeout) detected by watchdog at work: 9, last enqueued NCCL work: 9, last completed NCCL work: 8.");
         assert!(matches!(k, EventKind::PgStatus { failing_seq: Some(SeqNo(9)), last_completed: Some(SeqNo(8)), .. }));
+    }
+
+    #[test]
+    fn a_watchdog_status_cut_before_its_fields_is_still_the_status() {
+        let k = one("[PG ID 1 PG GUID 3 Rank 5] Exception (either an error or timeout) detected by watchdog at work: 42, last enqu");
+        assert!(matches!(k, EventKind::PgStatus { failing_seq: Some(SeqNo(42)), last_enqueued: None, last_completed: None, .. }), "{k:?}");
     }
 
     #[test]

@@ -411,6 +411,18 @@ pub(crate) struct FailureTable {
     lines: u32,
 }
 
+/// The table's time field, `2023-07-07_09:29:19` (date and time joined by an underscore).
+fn is_table_time(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() == 19
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            10 => *c == b'_',
+            13 | 16 => *c == b':',
+            _ => c.is_ascii_digit(),
+        })
+}
+
 fn is_row_start(t: &str) -> bool {
     let t = t.trim();
     t.len() >= 4 && t.starts_with('[') && t.ends_with("]:") && t[1..t.len() - 2].bytes().all(|c| c.is_ascii_digit())
@@ -426,6 +438,24 @@ impl FailureTable {
         } else {
             None
         }
+    }
+
+    /// A table whose head a paste cut off, so that it opens inside a row: the row's first field
+    /// in torchrun's own form, `  time      : 2023-07-07_09:29:19`, starts a row of no known
+    /// section (neither `Failures:` nor the root cause was seen).
+    pub(crate) fn start_headless(ctx: &Ctx<'_>) -> Option<Self> {
+        let t = ctx.text.trim();
+        let val = t.strip_prefix("time")?.trim_start().strip_prefix(':')?.trim();
+        if !is_table_time(val) {
+            return None;
+        }
+        let row = Row {
+            origin: Some(ctx.origin()),
+            text: t.to_string(),
+            printed: printed_time(val, ctx.capture_ns),
+            f: LauncherFailure { global_rank: None, local_rank: None, exit_code: None, signal: None, pid: None, host: None, root_cause_row: false },
+        };
+        Some(FailureTable { in_root: false, row: Some(row), lines: 1 })
     }
 
     fn flush(&mut self, out: &mut Vec<Event>) {

@@ -156,6 +156,15 @@ pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<Ev
     }
 }
 
+/// A WARN of NCCL's proxy service thread (`[Service thread] Accept failed ...`, `[Proxy Service 0]
+/// Failed to execute operation Close from rank 0, retcode 3`): the thread that serves the other
+/// local processes' requests fails when one of them went away or while communicators are torn
+/// down, so what it says is a consequence, and the return-code chain after it is that thread's
+/// own, not a failing call of this process.
+pub fn is_proxy_service_warn(msg: &str) -> bool {
+    msg.starts_with("[Service thread]") || msg.starts_with("[Proxy Service")
+}
+
 /// NCCL's error return propagating up its call stack, `init.cu:864 -> 2` (INFO lines after a
 /// WARN): the result code, when it is an error.
 pub fn return_code(l: &NcclLine<'_>) -> Option<u32> {

@@ -280,7 +280,7 @@ impl RankParser {
             }
             nccl::classify(&l, &mut self.seen_comms, &mut ks);
             if l.level == "WARN" {
-                self.nccl_chain = false;
+                self.nccl_chain = nccl::is_proxy_service_warn(l.msg);
             } else if let Some(code) = nccl::return_code(&l).filter(|c| (1..=3).contains(c) && !self.nccl_chain) {
                 // A CUDA, system or internal error NCCL met itself (a remote error's own WARN
                 // and connection lines already say what the peer did).
@@ -358,6 +358,10 @@ impl RankParser {
         let t = ctx.text;
         match t.as_bytes().first()? {
             b' ' => {
+                // A launcher's failure table pasted from inside its first row.
+                if let Some(b) = FailureTable::start_headless(ctx) {
+                    return Some(Block::Table(b));
+                }
                 // A pasted traceback whose head was cut: its frames come first.
                 if let Some(b) = Traceback::start_headless(ctx) {
                     return Some(Block::Traceback(b));

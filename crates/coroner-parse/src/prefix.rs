@@ -101,6 +101,9 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if let Some(used) = task_runner_stamp(s) {
         return Some(used);
     }
+    if let Some(used) = runner_level_stamp(s) {
+        return Some(used);
+    }
     if let Some(used) = ctime_before_tag(s) {
         return Some(used);
     }
@@ -165,6 +168,30 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
         }
     }
     None
+}
+
+/// A GUI runner's stamp and level before each line of the child's output (Pinokio, web UIs that
+/// tail a training run): `[2024-09-09 19:22:14] [INFO] `, also with its time cut by the viewer
+/// (`39] [INFO] `). The level is the runner's, not the line's: an error line under `[INFO]` is
+/// still an error.
+fn runner_level_stamp(s: &[u8]) -> Option<usize> {
+    let open = usize::from(s.first() == Some(&b'['));
+    let stamp = s[open..].iter().take(32).take_while(|b| b.is_ascii_digit() || matches!(b, b'-' | b':' | b' ' | b'.' | b',')).count();
+    if stamp < 2 || !s[open..open + stamp].iter().any(u8::is_ascii_digit) {
+        return None;
+    }
+    let rest = s.get(open + stamp..)?.strip_prefix(b"] [")?;
+    let level = rest.iter().take(9).take_while(|b| b.is_ascii_uppercase()).count();
+    if !matches!(&rest[..level], b"INFO" | b"WARN" | b"WARNING" | b"ERROR" | b"DEBUG" | b"CRITICAL") {
+        return None;
+    }
+    let after = rest[level..].strip_prefix(b"] ")?;
+    // DeepSpeed's own records have the same head and go on with the logger's location
+    // (`[launch.py:434:sigkill_handler]`): those are read whole.
+    if after.first() == Some(&b'[') {
+        return None;
+    }
+    Some(open + stamp + 3 + level + 2)
 }
 
 /// A workflow runner's stamp before each line of a task's output (Metaflow):
@@ -391,6 +418,17 @@ mod tests {
         ] {
             assert_eq!(split_rank_prefix(line).len, 0, "{}", String::from_utf8_lossy(line));
         }
+    }
+
+    #[test]
+    fn a_gui_runners_stamp_and_level_are_skipped_even_when_the_viewer_cut_the_stamp() {
+        let rest = |l: &'static [u8]| String::from_utf8_lossy(split_rank_prefix(l).rest(l)).into_owned();
+        assert_eq!(rest(b"[2025-01-02 03:04:05] [INFO] Traceback (most recent call last):"), "Traceback (most recent call last):");
+        assert_eq!(rest(b"07] [ERROR] RuntimeError: boom"), "RuntimeError: boom");
+        // DeepSpeed's records and a logger's own stamp are the line itself.
+        assert_eq!(split_rank_prefix(b"[2025-01-02 03:04:05,123] [ERROR] [launch.py:434:sigkill_handler] x").len, 0);
+        assert_eq!(split_rank_prefix(b"[2025-01-02 03:04:05,123] torch.distributed.run: [WARNING] x").len, 0);
+        assert_eq!(split_rank_prefix(b"[12] [rank3]: x").global_rank, Some(3));
     }
 
     #[test]

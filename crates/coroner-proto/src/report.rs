@@ -41,6 +41,7 @@ pub fn fault_class_to_wire(c: FaultClass) -> v1::FaultClass {
         FaultClass::PythonException => v1::FaultClass::PythonException,
         FaultClass::NcclError => v1::FaultClass::NcclError,
         FaultClass::GpuHardware => v1::FaultClass::GpuHardware,
+        FaultClass::BusError => v1::FaultClass::BusError,
         FaultClass::None => v1::FaultClass::None,
     }
 }

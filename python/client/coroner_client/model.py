@@ -39,6 +39,7 @@ class FaultClass(str, enum.Enum):
     PYTHON_EXCEPTION = "python_exception"
     NCCL_ERROR = "nccl_error"
     GPU_HARDWARE = "gpu_hardware"
+    BUS_ERROR = "bus_error"
     NONE = "none"
 
 

@@ -1,0 +1,70 @@
+//! Pieces of logs as people paste them into bug reports (field round 8): a launcher's failure
+//! table cut inside its first row, a GUI runner's stamp before every line, NCCL's proxy service
+//! thread complaining while communicators are torn down. Lines are made up in those shapes.
+
+use coroner_model::{Event, EventKind, LogLine, Rank, Stream};
+use coroner_parse::RankParser;
+
+const T0: i64 = 1_796_029_127_092_747_587; // 2026-11-30T08:58:47Z
+
+fn run(lines: &[&str]) -> Vec<Event> {
+    let mut p = RankParser::new(None);
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let line = LogLine { rank: None, stream: Stream::Stderr, seq: i as u64, capture_ns: T0 + i as i64 * 1000, bytes: l.as_bytes().to_vec() };
+        p.push(&line, &mut out);
+    }
+    p.finish(&mut out);
+    out
+}
+
+#[test]
+fn a_failure_table_pasted_from_inside_its_first_row_still_names_the_worker() {
+    let evs = run(&[
+        "  time      : 2025-02-03_04:05:06",
+        "  host      : a1b2c3d4e5f6",
+        "  rank      : 5 (local_rank: 1)",
+        "  exitcode  : -7 (pid: 4242)",
+        "  error_file: <N/A>",
+        "  traceback : Signal 7 (SIGBUS) received by PID 4242",
+        "============================================================",
+    ]);
+    let failed: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::LauncherWorkerFailed(f) => Some((f.global_rank, f.local_rank, f.signal, f.pid)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, vec![(Some(Rank(5)), Some(1), Some(7), Some(4242))]);
+    // A time field of another shape opens nothing.
+    assert!(run(&["  time      : 12.5s", "  rank      : 5"]).iter().all(|e| !matches!(e.kind, EventKind::LauncherWorkerFailed(_))));
+}
+
+#[test]
+fn an_exception_under_a_gui_runners_cut_stamp_is_read() {
+    let evs = run(&["12] [INFO] File \"C:\\app\\env\\lib\\site-packages\\torch\\x.py\", line 3", "12] [INFO] ValueError: the store could not start"]);
+    assert!(
+        evs.iter().any(|e| e.kind.message().contains("ValueError: the store could not start")),
+        "{:?}",
+        evs.iter().map(|e| e.kind.name()).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn the_proxy_service_threads_teardown_chain_is_no_failure_of_its_own() {
+    let evs = run(&[
+        "box:10:20 [0] proxy.cc:1458 NCCL WARN [Service thread] Accept failed Resource temporarily unavailable",
+        "box:10:20 [0] NCCL INFO misc/socket.cc:826 -> 3",
+        "box:10:20 [0] proxy.cc:1521 NCCL WARN [Proxy Service 0] Failed to execute operation Close from rank 0, retcode 3",
+        "box:11:30 [1] NCCL INFO misc/socket.cc:47 -> 3",
+        "box:11:30 [1] NCCL INFO misc/socket.cc:550 -> 3",
+    ]);
+    assert!(!evs.iter().any(|e| matches!(e.kind, EventKind::NcclError { .. })), "{evs:?}");
+    // The same chain after a WARN of the process's own call is its failure.
+    let evs = run(&[
+        "box:10:21 [0] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)",
+        "box:10:21 [0] NCCL INFO transport/shm.cc:114 -> 2",
+    ]);
+    assert!(evs.iter().any(|e| matches!(e.kind, EventKind::NcclError { .. })), "{evs:?}");
+}
