@@ -92,6 +92,11 @@ pub fn diagnose<'a>(
         if let Some(d) = crate::flight::diagnosis(flight, evidence, job, rules, clock) {
             return d;
         }
+        // A stall report that names who held the others up (a desync report, a monitored
+        // barrier) says more than an error line the timeouts themselves explain.
+        if let Some(s) = stall::find(job, evidence.world_size).filter(|s| !s.candidates.is_empty()) {
+            return from_stall(s, rules, clock);
+        }
         if let Some(m) = majority::find(job) {
             return from_majority(m, rules, clock);
         }
@@ -129,25 +134,7 @@ pub fn diagnose<'a>(
     }
 
     if let Some(s) = stall::find(job, evidence.world_size) {
-        let rule = if s.class == FaultClass::Hang { "hang" } else { "collective-mismatch" };
-        let advice = rules.get(rule).and_then(|r| r.advice.clone()).or_else(|| Some(HANG_ADVICE.to_string()));
-        let aligned = s.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
-        return Diagnosis {
-            verdict: Verdict::Failed,
-            first: Some(FirstFinding {
-                rank: s.rank,
-                candidates: s.candidates,
-                class: s.class,
-                confidence: s.confidence,
-                aligned_ns: aligned,
-                summary: s.summary,
-                rule_id: Some(rule.to_string()),
-                advice,
-                events: s.events,
-                ordering_note: None,
-            }),
-            other_roots: Vec::new(),
-        };
+        return from_stall(s, rules, clock);
     }
 
     if let Some(h) = hang::find(evidence, job, progress) {
@@ -245,6 +232,29 @@ pub fn diagnose<'a>(
 }
 
 const LAUNCHER_STOP_ADVICE: &str = "The failed worker's own lines are not in these logs: collect every rank's output (torchrun --tee 3 or --log-dir, mpirun --tag-output, one file per rank) and analyze them together; the first error there is the cause.";
+
+/// The ranks a stall report says held the others up (`stall.rs`).
+fn from_stall<'a>(s: stall::StallFinding<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Diagnosis<'a> {
+    let rule = if s.class == FaultClass::Hang { "hang" } else { "collective-mismatch" };
+    let advice = rules.get(rule).and_then(|r| r.advice.clone()).or_else(|| Some(HANG_ADVICE.to_string()));
+    let aligned = s.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
+    Diagnosis {
+        verdict: Verdict::Failed,
+        first: Some(FirstFinding {
+            rank: s.rank,
+            candidates: s.candidates,
+            class: s.class,
+            confidence: s.confidence,
+            aligned_ns: aligned,
+            summary: s.summary,
+            rule_id: Some(rule.to_string()),
+            advice,
+            events: s.events,
+            ordering_note: None,
+        }),
+        other_roots: Vec::new(),
+    }
+}
 
 /// The ranks whose collective differs from the majority at the same point (`majority.rs`).
 fn from_majority<'a>(m: majority::MajorityFinding<'a>, rules: &'a RuleSet, clock: &ClockModel) -> Diagnosis<'a> {

@@ -248,6 +248,8 @@ mod tests {
         assert_eq!(class("error_line", "BaseCollectiveExecutor::StartAbort Internal: Instance 7 found no source for broadcast.  This could mean that there were group_size=4 BcastRecvs but no BcastSend."), cm);
         // A glog CHECK aborts the process; an XLA RET_CHECK is a returned status, not a CHECK.
         assert_eq!(class("error_line", "Check failed: s.ok() copy tensor to gpu sync"), Some(FaultClass::Segfault));
+        // absl's CHECK_OK says the status it refused.
+        assert_eq!(class("error_line", "Non-OK-status: status status: INTERNAL: stream did not block host until done"), Some(FaultClass::Segfault));
         assert_ne!(class("error_line", "INTERNAL: RET_CHECK failure (xla/service/gpu/gpu_compiler.cc:618) dnn != nullptr"), Some(FaultClass::Segfault));
         // Host memory: Rust's allocator giving up; a TPU worker that stopped answering.
         assert_eq!(class("error_line", "memory allocation of 4194304 bytes failed"), Some(FaultClass::Killed));
@@ -292,6 +294,13 @@ mod tests {
         );
         assert_eq!(v.role, Role::Symptom);
         // A wait that ran out (the rule's id says so): where it points is a hang.
+        assert!(v.rule.is_some_and(|r| r.id.contains("timeout")));
+        // The coordination service's key-value wait: a key other processes never published.
+        let v = rules.classify_parts(
+            "error_line",
+            "Execution of replica 1 failed: DEADLINE_EXCEEDED: GetKeyValue() timed out with key: devices=[0,1]; stream=0 and duration: 5m",
+        );
+        assert_eq!(v.role, Role::Symptom);
         assert!(v.rule.is_some_and(|r| r.id.contains("timeout")));
     }
 

@@ -31,9 +31,7 @@ pub fn find<'a>(job: &ClassifiedJob<'a>, world_size: Option<u32>) -> Option<Stal
         })
         .collect();
     let first = stalls.first()?.0;
-    // Who reported the stall: c10d's barriers (`coroner_parse::barrier`) or Horovod.
-    let source =
-        if stalls.iter().all(|s| s.1 == "monitoredBarrier" || s.1.starts_with("store_based_barrier")) { "c10d barrier" } else { "Horovod stall inspector" };
+    let source = reporter(stalls.iter().map(|s| s.1));
     let missing: BTreeSet<Rank> = stalls.iter().flat_map(|s| s.3.iter().copied()).collect();
     if !missing.is_empty() {
         let ops: BTreeSet<&str> = stalls.iter().filter(|s| !s.3.is_empty()).map(|s| s.1).collect();
@@ -84,6 +82,27 @@ pub fn find<'a>(job: &ClassifiedJob<'a>, world_size: Option<u32>) -> Option<Stal
         ),
         events: vec![first],
     })
+}
+
+/// Who reported the stalls: c10d's barriers (`coroner_parse::barrier`), ProcessGroupNCCL's desync
+/// report (`coroner_parse::desync`, [`coroner_model::DESYNC_REPORT_OP`]) or Horovod's stall inspector.
+fn reporter<'o>(mut ops: impl Iterator<Item = &'o str>) -> &'static str {
+    let Some(first) = ops.next() else { return "Horovod stall inspector" };
+    let of = |op: &str| {
+        if op == "monitoredBarrier" || op.starts_with("store_based_barrier") {
+            "c10d barrier"
+        } else if op.starts_with(coroner_model::DESYNC_REPORT_OP) {
+            "ProcessGroupNCCL's desync report"
+        } else {
+            "Horovod stall inspector"
+        }
+    };
+    let source = of(first);
+    if ops.all(|op| of(op) == source) {
+        source
+    } else {
+        "stall reports"
+    }
 }
 
 fn stuck<'a>(ranks: Vec<Rank>, ops: usize, first: &'a Event, confidence: f64, source: &str) -> StallFinding<'a> {

@@ -75,6 +75,10 @@ pub struct LauncherFailure {
     pub root_cause_row: bool,
 }
 
+/// How a [`EventKind::Stall`] read from ProcessGroupNCCL's desync report names its op (the parser
+/// writes it, the analysis says where the stall was read).
+pub const DESYNC_REPORT_OP: &str = "desync report";
+
 /// The meaning of an event. Field names follow PyTorch's and NCCL's own words.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -137,7 +141,9 @@ pub enum EventKind {
     /// Only each process's last few are kept (they say what it was doing when it stopped).
     NcclCollective { host: String, pid: u32, op: String, op_count: u64, count: u64, datatype: u32, nranks: Option<u32> },
     /// Horovod's stall inspector: an op some ranks submitted (`ready`) and others did not
-    /// (`missing`); either list may be all that was printed.
+    /// (`missing`); either list may be all that was printed. c10d's barriers and
+    /// ProcessGroupNCCL's desync report (ops named [`DESYNC_REPORT_OP`]`: collective #N`) say
+    /// the same.
     Stall { op: String, ready: Vec<Rank>, missing: Vec<Rank> },
     /// The run's numbers stopped being finite (a collapsed fp16 loss scale, NaN loss or grad norm
     /// on consecutive progress lines): nothing crashed, but training has diverged.

@@ -89,6 +89,9 @@ fn operator_pod_exit(t: &str) -> Option<EventKind> {
 ///   and `Primary job  terminated normally, but 1 process returned` (the job aborted for a
 ///   process it does not name: no rank);
 /// - TGI: `Shard process was signaled to shutdown with signal 4 rank=0`, `Shard 0 failed to start`;
+/// - PaddlePaddle's `paddle.distributed.launch`: `Container rank 0 status failed cmd ['python',
+///   '-u', 'train.py'] code 1 log log/workerlog.0` (a container is one worker of the pod: its
+///   rank is the worker's index on the node);
 /// - `torch.multiprocessing.spawn` (`mp.spawn`), whose process index is the worker's local rank:
 ///   `ProcessExitedException: process 1 terminated with signal SIGKILL` (older torch: a bare
 ///   `Exception: process 1 ...`), `process 0 terminated with exit code 1`, and the header of a
@@ -143,6 +146,11 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
     // been aborted.`); the "first process to do so" block, when it follows, names it.
     if t.trim_start().starts_with("Primary job") && t.contains("terminated normally, but") && t.contains("returned") {
         return Some(failure(None, None, None, None, None));
+    }
+    if let Some(at) = t.find("Container rank ").filter(|_| t.contains(" status failed")) {
+        let r = &t[at..];
+        let code = r.rfind(" code ").and_then(|c| leading_i64(&r[c + " code ".len()..]));
+        return Some(failure(None, num_after(r, "Container rank "), code, None, None));
     }
     if let Some((index, code, signal)) = spawn_process_end(t) {
         return Some(failure(None, Some(index), code, signal, None));
@@ -600,6 +608,11 @@ mod tests {
         assert_eq!(one("Exception: process 3 terminated with signal SIGSEGV"), (None, Some(3), None, Some(11)));
         assert_eq!(one("Exception: process 1 terminated with exit code 1"), (None, Some(1), Some(1), None));
         assert_eq!(one("-- Process 2 terminated with the following error:"), (None, Some(2), Some(1), None));
+        assert_eq!(
+            one("Container rank 3 status failed cmd ['/usr/bin/python', '-u', 'train.py', '--lr', '0.1'] code 139 log log/workerlog.3"),
+            (None, Some(3), None, Some(11))
+        );
+        assert!(worker_end("Container rank 1 status running cmd ['python', 'x.py'] code 0 log log/workerlog.1").is_none());
         assert!(worker_end("RuntimeError: process 3 terminated with signal SIGKILL").is_none(), "only spawn's own exceptions");
         assert_eq!(one("Primary job  terminated normally, but 1 process returned"), (None, None, None, None));
         assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");

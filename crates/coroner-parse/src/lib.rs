@@ -17,6 +17,7 @@ pub mod barrier;
 mod block;
 pub mod c10d;
 pub mod coordination;
+pub mod desync;
 pub mod failures;
 mod filer;
 pub mod glog;

@@ -266,7 +266,12 @@ impl RankParser {
                     barrier = true;
                 }
                 Some(crate::barrier::Barrier::Completed) => self.store_barrier = None,
-                None => {}
+                None => {
+                    if let Some(k) = crate::desync::read(t) {
+                        ks.push(k);
+                        barrier = true;
+                    }
+                }
             }
             self.numerics.observe(t, &mut ks);
             crate::horovod::stalls(t, &mut ks);

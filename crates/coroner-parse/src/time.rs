@@ -161,8 +161,33 @@ fn glog_time(s: &[u8], capture_ns: Nanos) -> Option<Nanos> {
     if s.get(1 + n) != Some(&b' ') {
         return None;
     }
+    if n == 4 && m == 0 && d == 0 {
+        return absl_undated(&s[2 + n..]);
+    }
     let (tod, _) = hms(s, 2 + n)?;
     nearest_year(m, d, tod, capture_ns)
+}
+
+/// absl's log header when its clock has no civil time yet (XLA, PJRT, TPU runtimes):
+/// `E0000 00:00:1743713172.513857` - month and day 00, hour and minute 00, and the seconds are
+/// Unix seconds with their fraction.
+fn absl_undated(s: &[u8]) -> Option<Nanos> {
+    let rest = s.strip_prefix(b"00:00:")?;
+    let n = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    // At least 2001-09-09 (ten digits): a real epoch, not a clock just started.
+    if n != 10 {
+        return None;
+    }
+    let secs = digits(rest, 0, n)?;
+    let mut frac_ns = 0i64;
+    if rest.get(n) == Some(&b'.') {
+        let mut scale = 100_000_000i64;
+        for c in rest[n + 1..].iter().take_while(|c| c.is_ascii_digit()).take(9) {
+            frac_ns += i64::from(c - b'0') * scale;
+            scale /= 10;
+        }
+    }
+    Some(secs * NS + frac_ns)
 }
 
 const MONTHS: [&[u8; 3]; 12] = [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
@@ -270,6 +295,9 @@ mod tests {
             ("vm:1141:1141 [0] NCCL INFO Channel 00/24 : 0 1", None),
             ("", None),
             ("E9999 99:99:99", None),
+            // absl with no civil time yet: Unix seconds after `0000 00:00:`.
+            ("F0000 00:00:1700000000.250000    9049 pjrt_client.cc:487] x", Some(1_700_000_000 * NS + 250_000_000)),
+            ("E0000 00:00:12.5  7 foo.cc:1] a clock just started is no time", None),
         ];
         for (text, want) in cases {
             assert_eq!(printed_time(text, CAP), *want, "{text}");
