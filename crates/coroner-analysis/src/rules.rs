@@ -215,6 +215,10 @@ mod tests {
             assert_eq!((v.role, v.class()), (Role::Root, Some(FaultClass::NcclError)), "{m}");
         }
         assert_eq!(rules.classify_parts("store_error", "[c10d] recvValue failed on SocketImpl: Connection reset by peer").role, Role::Symptom);
+        // NCCL's own connect giving up after its retries, also when the paste cut the address off.
+        for m in ["Connect to 10.1.2.3<43127> failed : Connection timed out", "socketStartConnect: Connect to", "Connect to"] {
+            assert_eq!(rules.classify_parts("nccl_warn", m).class(), Some(FaultClass::NcclError), "{m}");
+        }
         // A traceback cut before its exception line is a failure, except the launcher's own
         // re-raise and a collective call's (the collective failed; its peers say why).
         let cut = |file: &str| rules.classify_parts("error_line", &format!("a traceback cut before its exception line, last frame f ({file})")).role;

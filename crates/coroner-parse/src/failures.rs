@@ -241,6 +241,18 @@ fn tf_root_error(t: &str) -> Option<&str> {
     CODES.iter().any(|c| rest.starts_with(c) && rest[c.len()..].starts_with(':')).then(|| rest.trim_end())
 }
 
+/// The op a TensorFlow error names on the line after it, `\t [[{{node Adam/NcclAllReduce_8}}]]`
+/// or `[[node Adam/NcclAllReduce_8 (defined at train.py:41) ]]`, when that op is one of
+/// TensorFlow's NCCL kernels (`NcclAllReduce`, `NcclBroadcast`, `NcclReduce`): the error above it
+/// (often a bare `Internal: internal error`) is NCCL's.
+fn tf_nccl_node(t: &str) -> Option<EventKind> {
+    let r = t.trim().strip_prefix("[[")?;
+    let r = r.strip_prefix("{{").unwrap_or(r).strip_prefix("node ")?;
+    let name = r.split(['}', ' ', ']']).next()?;
+    let op = name.rsplit('/').next()?;
+    op.starts_with("Nccl").then(|| EventKind::NcclError { code: None, message: format!("NCCL error in TensorFlow's {op} op ({name})") })
+}
+
 /// An exception type's last dotted component, without Ray's `(CauseError)` suffix.
 fn short_type(ty: &str) -> &str {
     let base = ty.split('(').next().unwrap_or(ty);
@@ -260,6 +272,10 @@ pub fn bare(t: &str, out: &mut Vec<EventKind>) -> bool {
     let before = out.len();
     if let Some(msg) = tf_root_error(t) {
         out.push(EventKind::ErrorLine { message: msg.to_string() });
+        return true;
+    }
+    if let Some(k) = tf_nccl_node(t) {
+        out.push(k);
         return true;
     }
     if job_report(t) {
@@ -316,6 +332,15 @@ fn clip_chars(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tensorflow_error_in_an_nccl_op_is_an_nccl_error() {
+        for t in ["\t [[{{node replica_1/NcclAllReduce_3}}]]", "  [[node tower0/NcclBroadcast (defined at /opt/m.py:7) ]]"] {
+            assert!(matches!(kinds(t).as_slice(), [EventKind::NcclError { message, .. }] if message.starts_with("NCCL error in TensorFlow's Nccl")), "{t}");
+        }
+        assert!(tf_nccl_node("\t [[{{node replica_1/CollectiveReduceV2}}]]").is_none());
+        assert!(tf_nccl_node("[[Adam/Adam/group_deps/_919]]").is_none());
+    }
 
     #[test]
     fn a_collective_abort_for_an_error_is_one_and_the_end_of_a_dataset_is_not() {
