@@ -11,6 +11,7 @@ mod attempts_tests;
 mod push_log_tests;
 mod report_input;
 mod unranked;
+mod unwrap;
 
 pub use report_input::ReportInput;
 pub use unranked::LogSurvey;

@@ -107,3 +107,18 @@ fn a_log_of_unknown_rank_beside_the_launchers_report_of_one_silent_rank_is_that_
     assert!(r.notes.iter().any(|n| n.contains("read as rank 0's log")), "{:?}", r.notes);
     assert!(!r.notes.iter().any(|n| n.contains("one process of unknown rank")), "{:?}", r.notes);
 }
+
+#[test]
+fn a_log_a_terminal_hard_wrapped_is_read_as_its_whole_lines() {
+    let records = [
+        "[rank2]:[E1203 10:00:00.000000000 ProcessGroupNCCL.cpp:1200] [PG ID 0 PG GUID 0(default_pg) Rank 2] ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued collectives. This typically indicates a NCCL/CUDA API hang blocking the watchdog.",
+        "[rank2]:[E1203 10:00:00.100000000 ProcessGroupNCCL.cpp:1300] [PG ID 0 PG GUID 0(default_pg) Rank 2] ProcessGroupNCCL preparing to dump debug info.",
+    ];
+    let whole = report(&[("train.log", &records.join("\n"))]);
+    let wrapped: Vec<String> =
+        records.iter().flat_map(|r| r.as_bytes().chunks(60).map(|c| String::from_utf8(c.to_vec()).unwrap()).collect::<Vec<_>>()).collect();
+    let cut = report(&[("train.log", &wrapped.join("\n"))]);
+    assert_eq!(first(&whole).2, Some(FaultClass::Hang));
+    assert_eq!(first(&cut), first(&whole));
+    assert!(cut.notes.iter().any(|n| n.contains("hard-wrapped at 60 columns")), "{:?}", cut.notes);
+}

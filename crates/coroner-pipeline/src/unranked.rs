@@ -12,6 +12,7 @@
 //!    names and the rest to one process of unknown rank ([`Rank::unknown`]). The report says
 //!    which it was.
 
+use crate::unwrap::{Rejoin, Widths};
 use crate::JobPipeline;
 use coroner_model::{EventKind, LogLine, Rank};
 use coroner_parse::prefix::{split_rank_prefix, RankPrefix};
@@ -38,6 +39,8 @@ pub(crate) struct OpenLog {
     own: Option<Rank>,
     per_line: bool,
     actors: BTreeMap<u32, Rank>,
+    /// A log a terminal hard-wrapped: its pieces are joined back into lines (`unwrap.rs`).
+    rejoin: Option<Rejoin>,
 }
 
 impl JobPipeline {
@@ -85,12 +88,26 @@ impl JobPipeline {
             }
         };
         let per_line = matches!(filing, Filing::Process { per_line: true, .. });
-        self.open_log = Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new() });
+        let rejoin = survey.widths.wrap_width().map(|w| {
+            self.add_note(format!("{source}: hard-wrapped at {w} columns (most lines are exactly {w} characters, none longer): a line of that width is read joined with the line after it"));
+            Rejoin::new(w)
+        });
+        self.open_log = Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new(), rejoin });
     }
 
     /// One line of the log [`JobPipeline::begin_log`] opened (a line given with no log open is
     /// filed as [`JobPipeline::push_line`] files it).
-    pub fn push_log_line(&mut self, mut line: LogLine) {
+    pub fn push_log_line(&mut self, line: LogLine) {
+        let whole = match self.open_log.as_mut().and_then(|l| l.rejoin.as_mut()) {
+            Some(r) => r.push(line),
+            None => Some(line),
+        };
+        if let Some(line) = whole {
+            self.file_log_line(line);
+        }
+    }
+
+    fn file_log_line(&mut self, mut line: LogLine) {
         let Some(log) = self.open_log.as_mut() else { return self.push_line(line) };
         let Some(own) = log.own else {
             line.rank = None;
@@ -116,6 +133,9 @@ impl JobPipeline {
 
     /// The log [`JobPipeline::begin_log`] opened is over.
     pub fn end_log(&mut self) {
+        if let Some(last) = self.open_log.as_mut().and_then(|l| l.rejoin.as_mut()).and_then(Rejoin::flush) {
+            self.file_log_line(last);
+        }
         self.open_log = None;
     }
 }
@@ -199,6 +219,7 @@ pub struct LogSurvey {
     nonblank: usize,
     prefixed: usize,
     named: BTreeSet<u32>,
+    widths: Widths,
 }
 
 impl LogSurvey {
@@ -209,6 +230,7 @@ impl LogSurvey {
             return;
         }
         self.nonblank += 1;
+        self.widths.see(&text);
         let p = split_rank_prefix(text.as_bytes());
         let rest = String::from_utf8_lossy(p.rest(text.as_bytes()));
         self.kernel += usize::from(looks_like_kernel_line(&rest));
