@@ -6,10 +6,10 @@
 use coroner_field::{run_all, Scores};
 
 /// Measured 179/180 (99.4%) when set, 402/416 (96.6%) with four blind hold-outs in, 546/553
-/// (98.7%) after round 8; the floor is that less a few tenths.
-const TOTAL_FLOOR_PCT: f64 = 98.5;
-/// Cases right after round 8: new cases may be hard, but none that was right may turn wrong.
-const TOTAL_RIGHT_FLOOR: u32 = 546;
+/// (98.7%) after round 8, 576/584 (98.6%) after round 9; the floor is that less a few tenths.
+const TOTAL_FLOOR_PCT: f64 = 98.3;
+/// Cases right after round 9: new cases may be hard, but none that was right may turn wrong.
+const TOTAL_RIGHT_FLOOR: u32 = 576;
 /// The bar: no class below 75%.
 const CLASS_FLOOR_PCT: f64 = 75.0;
 
@@ -20,7 +20,7 @@ fn coroner_holds_its_score_on_the_field_corpus() {
     let s = Scores::tally(&outcomes);
     let wrong: Vec<String> = outcomes.iter().filter(|o| !o.right).map(|o| format!("{} ({})", o.case.id, o.got.short())).collect();
     assert!(s.total.pct() >= TOTAL_FLOOR_PCT, "field score {:.1}% is below its floor {TOTAL_FLOOR_PCT}%; wrong: {wrong:#?}", s.total.pct());
-    assert!(s.total.right >= TOTAL_RIGHT_FLOOR, "{} cases right, fewer than the {TOTAL_RIGHT_FLOOR} of round 8; wrong: {wrong:#?}", s.total.right);
+    assert!(s.total.right >= TOTAL_RIGHT_FLOOR, "{} cases right, fewer than the {TOTAL_RIGHT_FLOOR} of round 9; wrong: {wrong:#?}", s.total.right);
     for (class, t) in &s.by_class {
         assert!(t.pct() >= CLASS_FLOOR_PCT, "class {class}: {}/{} ({:.1}%) is below {CLASS_FLOOR_PCT}%", t.right, t.n, t.pct());
     }

@@ -100,14 +100,15 @@ pub(crate) struct Traceback {
 }
 
 impl Traceback {
+    /// The head line, alone or with the first frame glued after it by a console that folds each
+    /// record onto one line (`Traceback (most recent call last): File "x.py", line 9, in <module>`).
     pub(crate) fn start(ctx: &Ctx<'_>) -> Option<Self> {
-        if ctx.text.trim_end() != "Traceback (most recent call last):" {
-            return None;
-        }
+        let rest = ctx.text.trim_end().strip_prefix("Traceback (most recent call last):")?;
+        let first = if rest.is_empty() { None } else { Some(parse_frame(rest)?) };
         Some(Traceback {
             origin: ctx.origin(),
             prefixed: ctx.prefixed,
-            frames: Vec::new(),
+            frames: first.into_iter().collect(),
             exc_type: None,
             message: String::new(),
             msg_lines: 0,
