@@ -81,7 +81,7 @@ fn opens_a_record(text: &str) -> bool {
         None => false,
         Some(b'[') => true,
         Some(c) if c.is_ascii_digit() => true,
-        Some(c) if matches!(c, b'I' | b'W' | b'E' | b'F') => b.len() > 5 && b[1..5].iter().all(u8::is_ascii_digit),
+        Some(b'I' | b'W' | b'E' | b'F') => b.len() > 5 && b[1..5].iter().all(u8::is_ascii_digit),
         Some(_) => text.starts_with("Traceback"),
     }
 }
