@@ -10,6 +10,7 @@ mod attempts_tests;
 #[cfg(test)]
 mod push_log_tests;
 mod report_input;
+mod stamp_lines;
 mod unranked;
 mod unwrap;
 

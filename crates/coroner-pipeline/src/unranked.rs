@@ -12,6 +12,7 @@
 //!    names and the rest to one process of unknown rank ([`Rank::unknown`]). The report says
 //!    which it was.
 
+use crate::stamp_lines::StampLines;
 use crate::unwrap::{Rejoin, Widths};
 use crate::JobPipeline;
 use coroner_model::{EventKind, LogLine, Rank};
@@ -41,6 +42,8 @@ pub(crate) struct OpenLog {
     actors: BTreeMap<u32, Rank>,
     /// A log a terminal hard-wrapped: its pieces are joined back into lines (`unwrap.rs`).
     rejoin: Option<Rejoin>,
+    /// Stamps printed on lines of their own, put back before their records (`stamp_lines.rs`).
+    stamps: StampLines,
 }
 
 impl JobPipeline {
@@ -92,17 +95,18 @@ impl JobPipeline {
             self.add_note(format!("{source}: hard-wrapped at {w} columns (most lines are exactly {w} characters, none longer): a line of that width is read joined with the line after it"));
             Rejoin::new(w)
         });
-        self.open_log = Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new(), rejoin });
+        self.open_log = Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new(), rejoin, stamps: StampLines::default() });
     }
 
     /// One line of the log [`JobPipeline::begin_log`] opened (a line given with no log open is
     /// filed as [`JobPipeline::push_line`] files it).
     pub fn push_log_line(&mut self, line: LogLine) {
-        let whole = match self.open_log.as_mut().and_then(|l| l.rejoin.as_mut()) {
+        let Some(log) = self.open_log.as_mut() else { return self.push_line(line) };
+        let whole = match log.rejoin.as_mut() {
             Some(r) => r.push(line),
             None => Some(line),
         };
-        if let Some(line) = whole {
+        if let Some(line) = whole.and_then(|l| log.stamps.push(l)) {
             self.file_log_line(line);
         }
     }
@@ -133,8 +137,14 @@ impl JobPipeline {
 
     /// The log [`JobPipeline::begin_log`] opened is over.
     pub fn end_log(&mut self) {
-        if let Some(last) = self.open_log.as_mut().and_then(|l| l.rejoin.as_mut()).and_then(Rejoin::flush) {
-            self.file_log_line(last);
+        let mut rest = Vec::new();
+        if let Some(log) = self.open_log.as_mut() {
+            let last = log.rejoin.as_mut().and_then(Rejoin::flush);
+            rest.extend(last.and_then(|l| log.stamps.push(l)));
+            rest.extend(log.stamps.flush());
+        }
+        for line in rest {
+            self.file_log_line(line);
         }
         self.open_log = None;
     }
