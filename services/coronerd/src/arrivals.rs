@@ -8,8 +8,9 @@
 //!   again row by row, so one bad row (a job deleted meanwhile) fails alone. Session rows
 //!   ([`SessionWriter`]) and process ends ([`ExitWriter`]: a job's ranks all end within a second
 //!   or two, and 16,384 exits written one transaction each took minutes).
-//! - [`RecentTouches`]: a job row touched less than [`TOUCH_EVERY`] ago with no larger world
-//!   size is not written again: `last_seen_ns` may lag by that much, and nothing else changes.
+//! - [`RecentTouches`]: a job row touched (or being touched) less than [`TOUCH_EVERY`] ago with no
+//!   larger world size is not written again: `last_seen_ns` may lag by that much, and nothing
+//!   else changes. Of thousands of agents arriving at once, one writes.
 
 use crate::error::ServiceError;
 use coroner_model::{JobId, Nanos, ProcessEnd};
@@ -112,28 +113,30 @@ pub struct RecentTouches {
 }
 
 impl RecentTouches {
-    /// Whether a touch of `job` at `now` with `world` would change nothing worth a write.
-    pub fn is_redundant(&self, job: &JobId, world: Option<u32>, now: Nanos) -> bool {
-        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(&(at, written)) = jobs.get(job) else { return false };
-        let fresh = now >= at && now - at < TOUCH_EVERY.as_nanos() as Nanos;
-        let no_wider = match (world, written) {
-            (None, _) => true,
-            (Some(w), Some(had)) => w <= had,
-            (Some(_), None) => false,
-        };
-        fresh && no_wider
-    }
-
-    /// A touch of `job` at `now` with `world` was written.
-    pub fn written(&self, job: &JobId, world: Option<u32>, now: Nanos) {
+    /// Whether a touch of `job` at `now` with `world` is to be written: not when one was written
+    /// (or is being written) less than [`TOUCH_EVERY`] before with no smaller world. When it is,
+    /// it counts as written from now on, so the arrivals meanwhile skip it instead of all writing
+    /// the same row at once; a write that fails is [`forget`](Self::forget)-ten.
+    pub fn to_write(&self, job: &JobId, world: Option<u32>, now: Nanos) -> bool {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&(at, written)) = jobs.get(job) {
+            let fresh = now >= at && now - at < TOUCH_EVERY.as_nanos() as Nanos;
+            let no_wider = match (world, written) {
+                (None, _) => true,
+                (Some(w), Some(had)) => w <= had,
+                (Some(_), None) => false,
+            };
+            if fresh && no_wider {
+                return false;
+            }
+        }
         let entry = jobs.entry(job.clone()).or_insert((now, world));
         entry.0 = now;
         entry.1 = entry.1.max(world);
+        true
     }
 
-    /// The job's row is gone (deleted): its next touch writes.
+    /// The job's row is gone (deleted), or its touch failed: its next touch writes.
     pub fn forget(&self, job: &JobId) {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner()).remove(job);
     }
@@ -149,15 +152,23 @@ mod tests {
     fn a_touch_is_skipped_only_while_fresh_and_no_wider() {
         let t = RecentTouches::default();
         let j = JobId::parse("j").unwrap();
-        assert!(!t.is_redundant(&j, None, 0), "never written: write");
-        t.written(&j, Some(8), 1_000 * MS);
-        assert!(t.is_redundant(&j, None, 1_100 * MS));
-        assert!(t.is_redundant(&j, Some(8), 1_100 * MS));
-        assert!(t.is_redundant(&j, Some(4), 1_100 * MS), "a smaller world changes nothing in the row");
-        assert!(!t.is_redundant(&j, Some(16), 1_100 * MS), "a wider world is written at once");
-        assert!(!t.is_redundant(&j, None, 1_000 * MS + TOUCH_EVERY.as_nanos() as Nanos), "stale: last_seen is written again");
-        assert!(!t.is_redundant(&j, None, 900 * MS), "a clock that went back writes");
+        assert!(t.to_write(&j, Some(8), 1_000 * MS), "never written: write");
+        assert!(!t.to_write(&j, None, 1_100 * MS), "being written or just written: skip");
+        assert!(!t.to_write(&j, Some(8), 1_100 * MS));
+        assert!(!t.to_write(&j, Some(4), 1_100 * MS), "a smaller world changes nothing in the row");
+        assert!(t.to_write(&j, Some(16), 1_100 * MS), "a wider world is written at once");
+        assert!(!t.to_write(&j, Some(16), 1_200 * MS), "and then counts as written");
+        assert!(t.to_write(&j, None, 1_100 * MS + TOUCH_EVERY.as_nanos() as Nanos), "stale: last_seen is written again");
+        assert!(t.to_write(&j, None, 900 * MS), "a clock that went back writes");
         t.forget(&j);
-        assert!(!t.is_redundant(&j, None, 1_100 * MS), "a deleted job's row is written again");
+        assert!(t.to_write(&j, None, 1_000 * MS), "a deleted job's row (or a failed write) is written again");
+    }
+
+    #[test]
+    fn of_many_arrivals_at_once_one_writes() {
+        let t = RecentTouches::default();
+        let j = JobId::parse("j").unwrap();
+        let writers = (0..1_000).filter(|i| t.to_write(&j, Some(16_384), 5_000 * MS + i)).count();
+        assert_eq!(writers, 1);
     }
 }

@@ -52,6 +52,8 @@ pub struct Jobs {
     sessions: SessionWriter,
     /// Process ends, written in groups (`arrivals.rs`).
     exits: ExitWriter,
+    /// Held while a writer's job that is not open here is admitted and opened (`heard_from`).
+    admitting: Mutex<()>,
     /// Job rows touched lately (`arrivals.rs`): a burst of agents writes each job row twice a second at most.
     touches: RecentTouches,
 }
@@ -74,6 +76,7 @@ impl Jobs {
             known_jobs: tokio::sync::Mutex::new(None),
             sessions,
             exits,
+            admitting: Mutex::new(()),
             touches: RecentTouches::default(),
         }
     }
@@ -124,6 +127,14 @@ impl Jobs {
         // A job open here is in the store: only a new one is counted against `--max-jobs` (and
         // reading its row, a 16,384-rank report among it, per arriving agent is what a burst
         // cannot afford).
+        if let Some(open) = self.open.lock().await.get(job).cloned() {
+            self.touch(job, world, now).await?;
+            return Ok(open);
+        }
+        // The first of a job's agents opens it; the thousands arriving meanwhile wait for it here
+        // instead of each reading and writing the job's row (which starved the store's pool,
+        // and with it the lease renewals, when 16,384 agents arrived at once).
+        let _admitting = self.admitting.lock().await;
         if !self.open.lock().await.contains_key(job) {
             self.admit_new(job).await?;
         }
@@ -144,11 +155,13 @@ impl Jobs {
 
     /// Records that `job` was heard from at `now`, with the world size believed, if any.
     pub async fn touch(&self, job: &JobId, world: Option<u32>, now: Nanos) -> Result<(), ServiceError> {
-        if self.touches.is_redundant(job, world, now) {
+        if !self.touches.to_write(job, world, now) {
             return Ok(());
         }
-        self.store.touch_job(job, world, now).await?;
-        self.touches.written(job, world, now);
+        if let Err(e) = self.store.touch_job(job, world, now).await {
+            self.touches.forget(job);
+            return Err(e.into());
+        }
         Ok(())
     }
 
