@@ -106,6 +106,47 @@ pub fn run(shape: Shape) -> LiveFigures {
     }
 }
 
+/// The same monitor when many ranks fall behind at once (a partition delays two ranks in five,
+/// or a loaded server takes their lines in late): each silent rank behind the majority asks when
+/// the majority passed its step.
+pub struct LaggingFigures {
+    pub ranks_behind: u32,
+    pub p50_ms: f64,
+    pub max_ms: f64,
+    /// Every rank that stopped was suspected.
+    pub all_suspected: bool,
+}
+
+pub fn run_lagging(ranks: u32, ticks: usize) -> LaggingFigures {
+    let mut p = JobPipeline::new(&format!("live-lagging-{ranks}"));
+    p.set_world_size(ranks);
+    p.enable_live(LiveConfig::default());
+    let behind = |r: u32| r % 5 < 2;
+    let at = |rank: u32, step: u64| T0 + step as i64 * S + i64::from(rank % 1000) * 100_000;
+    for step in 0..STEPS {
+        for r in (0..ranks).filter(|&r| step < STEPS / 2 || !behind(r)) {
+            p.push_line(step_line(r, step, step, at(r, step)));
+        }
+    }
+    let live = p.live().expect("the live monitor is on");
+    let mut wall = Vec::with_capacity(ticks);
+    let mut all_suspected = true;
+    for tick in 0..ticks {
+        let now = T0 + (STEPS as i64 + 3) * S + tick as i64 * S / 4;
+        let t0 = Instant::now();
+        let suspects = std::hint::black_box(live.evaluate(now));
+        wall.push(t0.elapsed().as_secs_f64() * 1e3);
+        let suspected: std::collections::HashSet<u32> = suspects.iter().map(|s| s.rank.0).collect();
+        all_suspected &= (0..ranks).filter(|&r| behind(r)).all(|r| suspected.contains(&r));
+    }
+    LaggingFigures {
+        ranks_behind: (0..ranks).filter(|&r| behind(r)).count() as u32,
+        p50_ms: median(&mut wall),
+        max_ms: wall.iter().copied().fold(0.0, f64::max),
+        all_suspected,
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)

@@ -242,6 +242,22 @@ fn run(sizes: Sizes, only: &[String], verbose: bool) -> Result<(Map<String, Valu
             target: "<= 50",
             ok: Some(l.p50_ms <= 50.0 && l.suspect_ok),
         });
+        let lag = live::run_lagging(sizes.live.0, sizes.live.1.min(5));
+        f.insert("live_tick_ms_16384_ranks_many_behind".into(), json!(round(lag.p50_ms)));
+        f.insert("live_tick_16384_ranks_many_behind_suspects".into(), json!(if lag.all_suspected { "ok" } else { "WRONG" }));
+        rows.push(Row {
+            figure: "live tick, ms (16,384 ranks, 2 in 5 behind)",
+            value: format!("{:.1}", lag.p50_ms),
+            reference: format!(
+                "{} of {} ranks stopped half way: max {:.1} ms; every one suspected: {}",
+                lag.ranks_behind,
+                sizes.live.0,
+                lag.max_ms,
+                if lag.all_suspected { "ok" } else { "WRONG" }
+            ),
+            target: "<= 50",
+            ok: Some(lag.p50_ms <= 50.0 && lag.all_suspected),
+        });
     }
 
     if on("search") {
@@ -384,6 +400,7 @@ mod tests {
         assert_eq!(f["report_ms_1024_ranks_culprit"], json!("ok"));
         assert_eq!(f["report_ms_16384_ranks_culprit"], json!("ok"));
         assert_eq!(f["live_tick_16384_ranks_suspect"], json!("ok"));
+        assert_eq!(f["live_tick_16384_ranks_many_behind_suspects"], json!("ok"));
         assert!(!rows.is_empty());
     }
 }

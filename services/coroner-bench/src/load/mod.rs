@@ -146,6 +146,10 @@ pub struct LoadFigures {
     pub server_anon_peak_mb: f64,
     /// Resident memory after every line was read back.
     pub server_rss_end_mb: f64,
+    /// Errors the agents met and backed off from (a timeout, a closed stream), resolved or not,
+    /// and the most frequent kinds.
+    pub agent_errors: u64,
+    pub agent_error_kinds: Vec<(String, u64)>,
     pub problems: Vec<String>,
 }
 
@@ -400,6 +404,8 @@ pub async fn run(args: &LoadArgs) -> Result<LoadFigures> {
         server_rss_peak_mb: round(rss_peak),
         server_anon_peak_mb: round(anon_peak),
         server_rss_end_mb: round(rss_end),
+        agent_errors: progress.errors.load(Relaxed),
+        agent_error_kinds: progress.error_kinds(3),
         problems,
     })
 }
@@ -438,6 +444,10 @@ fn print(f: &LoadFigures) {
         println!("server restarts        {:?} s until it answered", f.server_restart_s);
     }
     println!("sessions               {} ({} exits reported; {} streams open after)", f.sessions, f.exits_reported, f.server_streams_after);
+    println!("agent errors           {} (each followed by a backoff and a new session)", f.agent_errors);
+    for (kind, n) in &f.agent_error_kinds {
+        println!("                       {n} x {kind}");
+    }
     for p in &f.problems {
         println!("PROBLEM                {p}");
     }

@@ -2,6 +2,7 @@
 //! connected and ready, sessions opened, errors, lines acknowledged, the server's memory), so a
 //! run of 16,384 agents that stalls shows where it stalls instead of printing nothing for minutes.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +20,8 @@ pub struct Progress {
     /// Lines acknowledged over all agents.
     pub acked: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Errors by kind (the message with its numbers blanked), for the final figures.
+    kinds: Mutex<HashMap<String, u64>>,
 }
 
 impl Progress {
@@ -27,11 +30,37 @@ impl Progress {
         if let Ok(mut last) = self.last_error.lock() {
             *last = Some(error.to_owned());
         }
+        if let Ok(mut kinds) = self.kinds.lock() {
+            *kinds.entry(kind_of(error)).or_default() += 1;
+        }
+    }
+
+    /// The most frequent kinds of error the agents met (and recovered from, or not), most first.
+    pub fn error_kinds(&self, most: usize) -> Vec<(String, u64)> {
+        let mut kinds: Vec<(String, u64)> = self.kinds.lock().map(|k| k.iter().map(|(k, n)| (k.clone(), *n)).collect()).unwrap_or_default();
+        kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        kinds.truncate(most);
+        kinds
     }
 
     fn take_last_error(&self) -> Option<String> {
         self.last_error.lock().ok().and_then(|mut e| e.take())
     }
+}
+
+/// An error's kind: its message with every run of digits as `N` (batch ids, ranks, durations).
+fn kind_of(error: &str) -> String {
+    let mut kind = String::with_capacity(error.len());
+    for c in error.chars() {
+        if c.is_ascii_digit() {
+            if !kind.ends_with('N') {
+                kind.push('N');
+            }
+        } else {
+            kind.push(c);
+        }
+    }
+    kind
 }
 
 /// What the reporter reads besides the agents' counters.
@@ -72,4 +101,19 @@ pub fn report(sources: Sources, every: Duration) -> tokio::task::JoinHandle<()> 
             eprintln!("{line}");
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_counted_by_kind_whatever_their_numbers() {
+        let p = Progress::default();
+        p.failed("report the exit: no answer in 10s");
+        p.failed("acks out of order: got batch 7, expected 6");
+        p.failed("report the exit: no answer in 12s");
+        assert_eq!(p.errors.load(Relaxed), 3);
+        assert_eq!(p.error_kinds(5), vec![("report the exit: no answer in Ns".to_string(), 2), ("acks out of order: got batch N, expected N".to_string(), 1)]);
+    }
 }
