@@ -123,6 +123,9 @@ impl ServerProcess {
         let ready = self.data_dir.join("coronerd.ready");
         let _ = std::fs::remove_file(&ready);
         let mut cmd = Command::new(&self.bin);
+        // The read-back after the run searches every rank: as many at once as the check asks
+        // (the default, 2 per job, is for people's browsers). A --server-arg flag overrides it.
+        cmd.env("CORONER_MAX_SEARCHES_PER_JOB", super::verify::CONCURRENT_READS.to_string());
         cmd.arg("--data-dir")
             .arg(self.data_dir.join("data"))
             .arg("--grpc-addr")

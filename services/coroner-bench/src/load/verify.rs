@@ -27,6 +27,9 @@ pub struct Held {
 
 type Client = QueryClient<coroner_proto::auth::Channel>;
 
+/// Ranks read back at once (the bench's server allows as many searches of one job).
+pub const CONCURRENT_READS: usize = 16;
+
 async fn client(url: &str) -> Result<Client> {
     // The bench's own coronerd runs without tokens or TLS.
     let auth = coroner_proto::auth::ClientAuth::default();
@@ -43,7 +46,7 @@ pub async fn check(url: &str, job: &str, ranks: u32, lines: u64) -> Result<Held>
             let mut q = q.clone();
             async move { Ok((rank, seqs(&mut q, job, rank).await?)) }
         })
-        .buffer_unordered(4)
+        .buffer_unordered(CONCURRENT_READS)
         .collect()
         .await;
     let mut held = Held::default();
