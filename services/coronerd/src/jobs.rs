@@ -127,7 +127,9 @@ impl Jobs {
         // A job open here is in the store: only a new one is counted against `--max-jobs` (and
         // reading its row, a 16,384-rank report among it, per arriving agent is what a burst
         // cannot afford).
-        if let Some(open) = self.open.lock().await.get(job).cloned() {
+        // Bound first, so the map's lock is not held across the touch.
+        let open = self.open.lock().await.get(job).cloned();
+        if let Some(open) = open {
             self.touch(job, world, now).await?;
             return Ok(open);
         }
