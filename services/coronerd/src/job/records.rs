@@ -1,6 +1,6 @@
 //! The rows a job writes to the store beside its lines: clock samples and snapshot records
-//! (process ends are written in groups, `arrivals.rs`). Each is stored before the evidence hears of it, so a job opened again (`recovery.rs`)
-//! reads back what its reports were made of.
+//! (process ends are written in groups, `arrivals.rs`). Each is stored before the evidence hears
+//! of it, so a job opened again (`recovery.rs`) reads back what its reports were made of.
 
 use super::Job;
 use crate::error::ServiceError;
