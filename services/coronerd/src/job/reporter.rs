@@ -29,6 +29,13 @@ use tokio_util::sync::CancellationToken;
 /// The reporter waits this long after a change, so a burst of batches makes one report.
 pub const REPORT_DEBOUNCE: Duration = Duration::from_millis(50);
 
+/// How long the reporter waits after a report that took `took` before it computes the next (a
+/// reader asking for the current report meanwhile gets one computed for it): reports take at
+/// most a fifth of the time, and a small job's, a few milliseconds, are not held back.
+fn report_spacing(took: Duration) -> Duration {
+    (took * 4).saturating_sub(REPORT_DEBOUNCE)
+}
+
 /// The last report published, and the evidence version it saw.
 pub struct Published {
     report: watch::Sender<Option<Arc<Report>>>,
@@ -106,7 +113,14 @@ impl Reporter {
                     _ = self.evidence.changed() => {}
                 }
                 tokio::time::sleep(REPORT_DEBOUNCE).await;
+                let began = Instant::now();
                 self.report_once(&mut history).await;
+                // A large job's report (16,384 ranks: a quarter to half a second on two cores)
+                // recomputed after every change would take a core from the ingest it reports on.
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(report_spacing(began.elapsed())) => {}
+                }
             }
         });
     }
@@ -150,6 +164,12 @@ mod tests {
 
     fn report(job: &str) -> Arc<Report> {
         Arc::new(JobPipeline::new(job).report(&RuleSet::builtin()))
+    }
+
+    #[test]
+    fn a_slow_report_spaces_the_next_and_a_quick_one_does_not() {
+        assert_eq!(report_spacing(Duration::from_millis(3)), Duration::ZERO);
+        assert_eq!(report_spacing(Duration::from_millis(500)), Duration::from_millis(1_950));
     }
 
     #[test]
