@@ -2,21 +2,10 @@
 //! first frame on the same line, ProcessGroupNCCL's desync report under a rank prefix. Lines are
 //! made up in those shapes.
 
-use coroner_model::{Event, EventKind, LogLine, Rank, Stream};
-use coroner_parse::RankParser;
+mod support;
 
-const T0: i64 = 1_796_029_127_092_747_587; // 2026-11-30T08:58:47Z
-
-fn run(lines: &[&str]) -> Vec<Event> {
-    let mut p = RankParser::new(None);
-    let mut out = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        let line = LogLine { rank: None, stream: Stream::Stderr, seq: i as u64, capture_ns: T0 + i as i64 * 1000, bytes: l.as_bytes().to_vec() };
-        p.push(&line, &mut out);
-    }
-    p.finish(&mut out);
-    out
-}
+use coroner_model::{EventKind, Rank};
+use support::run;
 
 #[test]
 fn a_traceback_head_with_its_first_frame_glued_on_is_a_traceback() {

@@ -2,21 +2,10 @@
 //! table cut inside its first row, a GUI runner's stamp before every line, NCCL's proxy service
 //! thread complaining while communicators are torn down. Lines are made up in those shapes.
 
-use coroner_model::{Event, EventKind, LogLine, Rank, Stream};
-use coroner_parse::RankParser;
+mod support;
 
-const T0: i64 = 1_796_029_127_092_747_587; // 2026-11-30T08:58:47Z
-
-fn run(lines: &[&str]) -> Vec<Event> {
-    let mut p = RankParser::new(None);
-    let mut out = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        let line = LogLine { rank: None, stream: Stream::Stderr, seq: i as u64, capture_ns: T0 + i as i64 * 1000, bytes: l.as_bytes().to_vec() };
-        p.push(&line, &mut out);
-    }
-    p.finish(&mut out);
-    out
-}
+use coroner_model::{EventKind, Rank};
+use support::run;
 
 #[test]
 fn a_failure_table_pasted_from_inside_its_first_row_still_names_the_worker() {
