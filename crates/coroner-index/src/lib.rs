@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tantivy::directory::error::LockError;
 use tantivy::directory::MmapDirectory;
+use tantivy::indexer::IndexWriterOptions;
 use tantivy::indexer::UserOperation;
 use tantivy::query::{AllQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
@@ -38,6 +39,8 @@ use tantivy::{Executor, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher,
 
 /// The writer's memory budget, shared by its indexing threads.
 const WRITER_HEAP_BYTES: usize = 50_000_000;
+/// The least budget tantivy lets one indexing thread have.
+const THREAD_HEAP_MIN_BYTES: usize = 15_000_000;
 /// Documents handed to the indexing threads at once (small next to a thread's memory budget).
 const ADD_BATCH: usize = 256;
 /// How many lines `for_each_line` holds in memory at once.
@@ -337,8 +340,24 @@ pub fn folder_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
 }
 
+/// Indexing threads per writer: half the cores, so that the other half parse, analyse and serve
+/// what is indexed, and no more than the budget gives each its minimum. Every commit starts a
+/// segment per thread that got lines, and a segment's writer costs the same whether it takes ten
+/// lines or ten thousand (its term table and column arenas are allocated and zeroed up front):
+/// under 16,384 agents' small batches on two cores, two threads' segment writers were a tenth of
+/// the server's CPU and doubled the segments to merge.
+fn indexing_threads(cores: usize) -> usize {
+    (cores / 2).clamp(1, WRITER_HEAP_BYTES / THREAD_HEAP_MIN_BYTES)
+}
+
 fn open_writer(index: &Index, dir: &Path) -> Result<IndexWriter, IndexError> {
-    index.writer(WRITER_HEAP_BYTES).map_err(|e| match e {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = indexing_threads(cores);
+    // Merges as wide as indexing: tantivy's four merge threads on two cores ran beside the one
+    // indexing thread every commit waits for, and took its share of the cores.
+    let options =
+        IndexWriterOptions::builder().num_worker_threads(threads).num_merge_threads(threads).memory_budget_per_thread(WRITER_HEAP_BYTES / threads).build();
+    index.writer_with_options(options).map_err(|e| match e {
         TantivyError::LockFailure(LockError::LockBusy, _) => IndexError::Locked(dir.to_path_buf()),
         other => IndexError::Open { path: dir.to_path_buf(), source: other },
     })

@@ -36,6 +36,15 @@ fn sample_index(dir: &Path) -> JobIndex {
 }
 
 #[test]
+fn half_the_cores_index_within_the_budget() {
+    assert_eq!(indexing_threads(1), 1);
+    assert_eq!(indexing_threads(2), 1, "two cores: one indexes, one parses and serves");
+    assert_eq!(indexing_threads(4), 2);
+    assert_eq!(indexing_threads(16), 3, "each thread keeps tantivy's minimum budget");
+    assert!(WRITER_HEAP_BYTES / indexing_threads(128) >= THREAD_HEAP_MIN_BYTES);
+}
+
+#[test]
 fn index_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<JobIndex>();

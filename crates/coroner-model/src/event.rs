@@ -188,6 +188,13 @@ impl EventKind {
         }
     }
 
+    /// What a healthy run prints all the time: progress, GPU samples, NCCL's set-up and collective
+    /// trace. It changes what a report shows (how far each rank got, what it ran last); it does
+    /// not say that anything failed, so a report need not follow it at once.
+    pub fn is_routine(&self) -> bool {
+        matches!(self, EventKind::Step { .. } | EventKind::GpuSample(_) | EventKind::NcclCollective { .. } | EventKind::NcclInit { .. })
+    }
+
     /// Whether the kind carries a message, without building it: kinds that do not are classified
     /// by kind alone, once per kind rather than once per event.
     pub fn has_message(&self) -> bool {

@@ -154,7 +154,11 @@ impl JobPipeline {
     }
 
     /// Feeds one captured line. A line without an owner is filed by its launcher prefix, if any.
-    pub fn push_line(&mut self, mut line: LogLine) {
+    /// Answers whether it was news: a rank's first line, a restart, or an event other than
+    /// routine progress ([`EventKind::is_routine`]); a line that was not can wait for the next
+    /// report rather than cause one (coronerd's reporter).
+    pub fn push_line(&mut self, mut line: LogLine) -> bool {
+        let mut news = false;
         let lane = seq_lane(line.seq);
         if line.rank.is_none() {
             let filer = self.filers.entry(lane).or_default();
@@ -163,12 +167,14 @@ impl JobPipeline {
             // torchrun restarted its workers: its rendezvous result counts the restarts.
             if let Some(n) = filer.restart_count().filter(|n| Some(*n) != before) {
                 self.attempts.mark_lane(lane, n, line.capture_ns);
+                news = true;
             }
         }
         if let Some(rank) = line.rank {
             *self.attempt_lines.entry((rank, self.attempts.attempt_of(lane, line.capture_ns))).or_default() += 1;
             let ev = self.evidence.rank_mut(rank);
             ev.lines += 1;
+            news |= ev.lines == 1;
             ev.first_capture_ns = Some(ev.first_capture_ns.map_or(line.capture_ns, |t| t.min(line.capture_ns)));
             ev.last_capture_ns = Some(ev.last_capture_ns.map_or(line.capture_ns, |t| t.max(line.capture_ns)));
         }
@@ -184,7 +190,9 @@ impl JobPipeline {
         let parser = self.parsers.entry((line.rank, line.stream)).or_insert_with(|| RankParser::new(line.rank));
         let mut out = Vec::new();
         parser.push(&line, &mut out);
+        news |= out.iter().any(|e| !e.kind.is_routine());
         self.file_events(lane, line.rank, out);
+        news
     }
 
     /// A launcher's own end. torchrun exits 0 only when all its workers did, so a clean launcher
@@ -495,6 +503,21 @@ mod tests {
         let row = report.collectives.iter().find(|c| c.rank == Rank(0)).expect("a row for rank 0");
         assert_eq!((row.last_enqueued, row.last_started, row.last_completed), (Some(11), Some(10), Some(10)));
         assert!(report.notes.iter().any(|n| n.starts_with("flight recorder: rank 1 left no dump")), "{:?}", report.notes);
+    }
+
+    #[test]
+    fn progress_is_routine_and_a_first_line_or_a_failure_is_news() {
+        let mut p = JobPipeline::new("j");
+        let mut seq = 0;
+        let mut push = |p: &mut JobPipeline, rank: u32, text: &str| {
+            seq += 1;
+            p.push_line(LogLine { rank: Some(Rank(rank)), stream: Stream::Stderr, seq, capture_ns: seq as i64, bytes: text.as_bytes().to_vec() })
+        };
+        assert!(push(&mut p, 0, "step 1 loss 2.0"), "a rank's first line");
+        assert!(!push(&mut p, 0, "step 2 loss 1.9"));
+        assert!(push(&mut p, 1, "step 1 loss 2.0"), "another rank's first line");
+        let error = "[rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.";
+        assert!(push(&mut p, 1, error), "a watchdog timeout");
     }
 
     #[test]

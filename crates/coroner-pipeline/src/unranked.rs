@@ -101,7 +101,10 @@ impl JobPipeline {
     /// One line of the log [`JobPipeline::begin_log`] opened (a line given with no log open is
     /// filed as [`JobPipeline::push_line`] files it).
     pub fn push_log_line(&mut self, line: LogLine) {
-        let Some(log) = self.open_log.as_mut() else { return self.push_line(line) };
+        let Some(log) = self.open_log.as_mut() else {
+            self.push_line(line);
+            return;
+        };
         let whole = match log.rejoin.as_mut() {
             Some(r) => r.push(line),
             None => Some(line),
@@ -111,7 +114,7 @@ impl JobPipeline {
         }
     }
 
-    fn file_log_line(&mut self, mut line: LogLine) {
+    fn file_log_line(&mut self, mut line: LogLine) -> bool {
         let Some(log) = self.open_log.as_mut() else { return self.push_line(line) };
         let Some(own) = log.own else {
             line.rank = None;
@@ -132,7 +135,7 @@ impl JobPipeline {
                 }
             }),
         };
-        self.push_line(line);
+        self.push_line(line)
     }
 
     /// The log [`JobPipeline::begin_log`] opened is over.

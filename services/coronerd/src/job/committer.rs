@@ -183,11 +183,7 @@ impl Committer {
         let evidence = self.evidence.clone();
         // Parsing is CPU work: off the runtime.
         let pushed = tokio::task::spawn_blocking(move || {
-            evidence.change(|p| {
-                for line in committed.into_iter().flatten() {
-                    p.push_line(line);
-                }
-            });
+            evidence.change_routine(|p| committed.into_iter().flatten().fold(false, |news, line| p.push_line(line) | news));
         })
         .await;
         if let Err(e) = pushed {

@@ -8,10 +8,15 @@ use coroner_model::ClockSample;
 use coroner_store::SnapshotRecord;
 
 impl Job {
-    /// Stores an agent's clock samples, then adds them to the evidence.
+    /// Stores an agent's clock samples, then adds them to the evidence. Every agent sends some
+    /// every few seconds; they refine the order of what is there, so they are routine (the next
+    /// report takes them) rather than news that calls for one.
     pub async fn add_clock_samples(&self, samples: Vec<ClockSample>) -> Result<(), ServiceError> {
         self.store.add_clock_samples(&self.id, &samples).await?;
-        self.update(|p| p.add_clock_samples(samples));
+        self.evidence.change_routine(|p| {
+            p.add_clock_samples(samples);
+            false
+        });
         Ok(())
     }
 

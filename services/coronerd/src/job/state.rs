@@ -2,9 +2,13 @@
 //! signal that the evidence changed.
 //!
 //! Contract:
-//! - The only way to change the pipeline is [`Evidence::change`], which bumps the version under
-//!   the same lock and then wakes the reporter. So "a report stamped with version v holds every
-//!   change made before v was read" is kept here, once, not by each caller.
+//! - The only ways to change the pipeline are [`Evidence::change`] and [`Evidence::change_routine`],
+//!   which bump the version under the same lock and then wake the reporter. So "a report stamped
+//!   with version v holds every change made before v was read" is kept here, once, not by each
+//!   caller.
+//! - A change is news unless it only added routine input (progress and telemetry lines:
+//!   [`JobPipeline::push_line`] says which; clock samples); [`Evidence::news_version`] is the version of the last
+//!   change that was news, so the reporter can let routine lines wait for a later report.
 //! - A report is computed from a [`ReportInput`] copied under the lock ([`Evidence::report_input`]);
 //!   the analysis itself runs after the lock is released, so lines are never kept waiting by it.
 //! - Heartbeats feed the live monitor ([`Evidence::push_liveness`]) without changing the evidence
@@ -25,6 +29,8 @@ pub struct Evidence {
     pipeline: Mutex<JobPipeline>,
     /// Bumped by every change of the pipeline; a published report carries the version it saw.
     version: AtomicU64,
+    /// The version of the last change that was news (more than routine lines).
+    news: AtomicU64,
     changed: Notify,
 }
 
@@ -42,7 +48,7 @@ impl Evidence {
     /// Evidence over a pipeline already holding what was recovered: version 1, marked changed so
     /// that the first report is computed at once.
     pub fn new(pipeline: JobPipeline) -> Evidence {
-        let evidence = Evidence { pipeline: Mutex::new(pipeline), version: AtomicU64::new(1), changed: Notify::new() };
+        let evidence = Evidence { pipeline: Mutex::new(pipeline), version: AtomicU64::new(1), news: AtomicU64::new(1), changed: Notify::new() };
         evidence.changed.notify_one();
         evidence
     }
@@ -53,12 +59,26 @@ impl Evidence {
         self.pipeline.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Changes the evidence: the one place the version is bumped.
+    /// Changes the evidence; the change is news.
     pub fn change<R>(&self, f: impl FnOnce(&mut JobPipeline) -> R) -> R {
+        self.change_as(|p| (f(p), true))
+    }
+
+    /// Changes the evidence with routine input (lines, clock samples); `f` answers whether any of
+    /// it was news after all (for lines, [`JobPipeline::push_line`]'s answer).
+    pub fn change_routine(&self, f: impl FnOnce(&mut JobPipeline) -> bool) {
+        self.change_as(|p| ((), f(p)));
+    }
+
+    /// The one place the version is bumped.
+    fn change_as<R>(&self, f: impl FnOnce(&mut JobPipeline) -> (R, bool)) -> R {
         let out = {
             let mut p = self.lock();
-            let out = f(&mut p);
-            self.version.fetch_add(1, Ordering::SeqCst);
+            let (out, news) = f(&mut p);
+            let version = self.version.fetch_add(1, Ordering::SeqCst) + 1;
+            if news {
+                self.news.store(version, Ordering::SeqCst);
+            }
             out
         };
         self.changed.notify_one();
@@ -96,6 +116,12 @@ impl Evidence {
         self.version.load(Ordering::SeqCst)
     }
 
+    /// The version of the last change that was news: a report that saw this version or a later
+    /// one is behind the evidence by routine lines at most.
+    pub fn news_version(&self) -> u64 {
+        self.news.load(Ordering::SeqCst)
+    }
+
     /// Waits until the evidence changed since the last wait returned.
     pub async fn changed(&self) {
         self.changed.notified().await;
@@ -122,6 +148,17 @@ mod tests {
         assert_eq!(seen, 3);
         assert!(input.evidence.notes.iter().any(|n| n == "a note"));
         assert_eq!(e.version(), 3, "reading and copying change nothing");
+    }
+
+    #[test]
+    fn routine_lines_bump_the_version_but_not_the_news() {
+        let e = Evidence::new(JobPipeline::new("j"));
+        e.change_routine(|_| false);
+        assert_eq!((e.version(), e.news_version()), (2, 1));
+        e.change_routine(|_| true);
+        assert_eq!((e.version(), e.news_version()), (3, 3));
+        e.change(|p| p.add_note("n"));
+        assert_eq!((e.version(), e.news_version()), (4, 4), "any other change is news");
     }
 
     #[test]

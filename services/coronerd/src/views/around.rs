@@ -49,7 +49,7 @@ pub async fn around(searches: &Searches, job: &Arc<Job>, p: AroundParams) -> Res
     if p.peers.len() > MAX_PEERS {
         return Err(ServiceError::InvalidArgument(format!("{} peer ranks: at most {MAX_PEERS}", p.peers.len())));
     }
-    let report = job.current_report().await?;
+    let report = job.recent_report().await?;
     let clocks = search::clocks(&report);
     let wanted: Vec<(Option<u32>, Stream, u64)> = (p.seq.saturating_sub(n as u64)..=p.seq.saturating_add(n as u64)).map(|s| (p.rank, p.stream, s)).collect();
     let request = SearchRequest {

@@ -54,7 +54,7 @@ pub async fn histogram(searches: &Searches, job: &Arc<Job>, p: SearchParams, buc
     if buckets == 0 || buckets > MAX_BUCKETS {
         return Err(ServiceError::InvalidArgument(format!("buckets {buckets}: use 1 to {MAX_BUCKETS}")));
     }
-    let report = job.current_report().await?;
+    let report = job.recent_report().await?;
     let clocks = search::clocks(&report);
     let Some((lo, hi)) = axis(searches, job, &p).await? else {
         return Ok(HistogramView { start_ns: 0, width_ns: 0, buckets, totals: vec![0; buckets as usize], rows: Vec::new(), grouped_by: "rank", outside: 0 });

@@ -73,7 +73,7 @@ fn nonempty(s: Option<String>) -> Option<String> {
 /// lines when `context` > 0; `total` and the cursor count hits only.
 pub async fn search(searches: &Searches, job: &Arc<Job>, p: SearchParams) -> Result<SearchResult, ServiceError> {
     searches.check(&p.query)?;
-    let report = job.current_report().await?;
+    let report = job.recent_report().await?;
     let clocks = clocks(&report);
     let stream = match nonempty(p.stream) {
         None => None,
