@@ -31,7 +31,7 @@ pub use ids::{HostId, JobId, PgId, Rank, SeqNo, MAX_WORLD_SIZE};
 pub use incident::{FailureSignature, HostCount, JobHosts, PastIncident, RecordedFailure, SimilarIncidents, Suspect};
 pub use line::{cap_line, seq_lane, truncation_marker, LogLine, Stream, MARKER_SLACK, MAX_LINE_BYTES, SEQ_LANE_BITS};
 pub use live::SuspectedHang;
-pub use process::{signal_name, signal_number, ProcessEnd, ProcessEndCause};
+pub use process::{signal_label, signal_name, signal_number, ProcessEnd, ProcessEndCause};
 pub use report::{
     CascadeLink, ClockEstimate, CollectiveRow, EvidenceLine, FirstFailure, GpuMemory, RankSummary, Report, SnapshotSummary, REPORT_FORMAT_VERSION,
 };

@@ -42,22 +42,37 @@ impl ProcessEnd {
     }
 }
 
-/// The conventional name of a POSIX signal number on Linux.
+/// The conventional name of a POSIX signal number on Linux; `signal` for one it does not know
+/// ([`signal_label`] says which).
 pub fn signal_name(sig: i32) -> &'static str {
     match sig {
         1 => "SIGHUP",
         2 => "SIGINT",
         3 => "SIGQUIT",
         4 => "SIGILL",
+        5 => "SIGTRAP",
         6 => "SIGABRT",
         7 => "SIGBUS",
         8 => "SIGFPE",
         9 => "SIGKILL",
+        10 => "SIGUSR1",
         11 => "SIGSEGV",
+        12 => "SIGUSR2",
         13 => "SIGPIPE",
         14 => "SIGALRM",
         15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
         _ => "signal",
+    }
+}
+
+/// A signal's name, or `signal <n>` for a number without one.
+pub fn signal_label(sig: i32) -> String {
+    match signal_name(sig) {
+        "signal" => format!("signal {sig}"),
+        name => name.to_string(),
     }
 }
 
@@ -66,7 +81,7 @@ pub fn signal_name(sig: i32) -> &'static str {
 pub fn signal_number(name: &str) -> Option<i32> {
     let name = name.trim();
     let bare = name.strip_prefix("SIG").unwrap_or(name);
-    [1, 2, 3, 4, 6, 7, 8, 9, 11, 13, 14, 15].into_iter().find(|&n| signal_name(n).strip_prefix("SIG") == Some(bare))
+    (1..=64).find(|&n| signal_name(n).strip_prefix("SIG") == Some(bare))
 }
 
 impl ProcessEndCause {
@@ -99,9 +114,10 @@ mod tests {
 
     #[test]
     fn signal_names_read_back_to_their_numbers() {
-        for n in [1, 2, 3, 4, 6, 7, 8, 9, 11, 13, 14, 15] {
+        for n in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 31] {
             assert_eq!(signal_number(signal_name(n)), Some(n));
         }
+        assert_eq!((signal_label(7), signal_label(40)), ("SIGBUS".to_string(), "signal 40".to_string()));
         assert_eq!(signal_number("KILL"), Some(9));
         assert_eq!(signal_number("SIGWHAT"), None);
         assert_eq!(signal_number("signal"), None);

@@ -46,31 +46,6 @@ impl Elf<'_> {
     }
 }
 
-pub fn signal_name(sig: u32) -> String {
-    let name = match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        5 => "SIGTRAP",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        10 => "SIGUSR1",
-        11 => "SIGSEGV",
-        12 => "SIGUSR2",
-        13 => "SIGPIPE",
-        14 => "SIGALRM",
-        15 => "SIGTERM",
-        24 => "SIGXCPU",
-        25 => "SIGXFSZ",
-        31 => "SIGSYS",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_string()
-}
-
 fn cstr(b: &[u8]) -> Option<String> {
     let end = b.iter().position(|x| *x == 0).unwrap_or(b.len());
     let s = String::from_utf8_lossy(&b[..end]).trim().to_string();
@@ -178,7 +153,7 @@ impl CoreInfo {
     pub fn highlights(&self) -> Vec<String> {
         let mut s = String::from("core:");
         if let Some(sig) = self.signal {
-            s.push_str(&format!(" {}", signal_name(sig)));
+            s.push_str(&format!(" {}", coroner_model::signal_label(i32::try_from(sig).unwrap_or(i32::MAX))));
         }
         if let Some(pid) = self.pid {
             s.push_str(&format!(" pid {pid}"));
