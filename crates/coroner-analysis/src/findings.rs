@@ -4,7 +4,7 @@ use crate::classified::{Classified, ClassifiedJob};
 use crate::clock::ClockModel;
 use crate::evidence::JobEvidence;
 use crate::rules::{Rule, RuleSet};
-use coroner_model::{Event, EventKind, FaultClass, Nanos, Rank, Role};
+use coroner_model::{Event, EventKind, FaultClass, Nanos, ProcessEnd, Rank, Role};
 
 /// Root events closer than this to a rank's first root are read as one failure; the most specific
 /// (highest confidence) of them names the class. A CUDA kernel assert and the `device-side assert`
@@ -94,7 +94,7 @@ fn from_end<'a>(rank: Rank, evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, 
     if class == FaultClass::PythonException && had_symptoms {
         return None;
     }
-    if class == FaultClass::Killed && alive_when_peers_gave_up(rank, evidence, job, clock) {
+    if class == FaultClass::Killed && (alive_when_peers_gave_up(rank, evidence, job, clock) || stopped_after_another_failed(rank, end, evidence)) {
         return None;
     }
     let rank_ev = evidence.ranks.get(&rank);
@@ -139,6 +139,25 @@ fn reported_at(evidence: &JobEvidence, rank: Rank) -> Option<Nanos> {
             _ => None,
         })
         .min()
+}
+
+/// A launcher stops the other workers once one failed (torchrun: SIGTERM, then SIGKILL when its
+/// grace period is over, 30 s later by default), and its failure table dates each row: a kill the
+/// table dates after another worker's failure is that stop, not a cause. Only for an end the
+/// table alone reports (a first-hand end's time is on another clock) and only when the other
+/// row is dated strictly before (the rows' times are whole seconds).
+fn stopped_after_another_failed(rank: Rank, end: &ProcessEnd, evidence: &JobEvidence) -> bool {
+    if end.at_ns.is_some() {
+        return false;
+    }
+    let Some(at) = reported_at(evidence, rank) else { return false };
+    evidence.unowned.iter().any(|e| match &e.kind {
+        EventKind::LauncherWorkerFailed(f) => {
+            let failed = f.signal.is_some() || f.exit_code.is_some_and(|c| c != 0);
+            failed && f.global_rank.is_some_and(|r| r != rank) && e.printed_ns.is_some_and(|t| t < at)
+        }
+        _ => false,
+    })
 }
 
 /// The rule read for a SIGABRT that no watchdog explains (never matched in order: the watchdog's
@@ -266,6 +285,46 @@ mod tests {
         }
         let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
         assert_eq!(f.rank, Some(Rank(4)));
+    }
+
+    /// torchrun's table: rank 3 exited 1, and 31 s later rank 0 was SIGKILLed and rank 2
+    /// SIGTERMed (the launcher stopping the survivors, escalating when its grace period ran
+    /// out): the kill is the stop, rank 3 failed first.
+    #[test]
+    fn a_kill_the_launchers_table_dates_after_another_workers_failure_is_its_stop() {
+        let row = |rank: u32, printed: i64, exit_code: Option<i32>, signal: Option<i32>| Event {
+            rank: None,
+            line: LineRef { stream: Stream::Stderr, seq: u64::from(rank) },
+            capture_ns: 9_000_000_000_000,
+            printed_ns: Some(printed),
+            kind: EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure {
+                global_rank: Some(Rank(rank)),
+                local_rank: Some(rank),
+                exit_code,
+                signal,
+                pid: None,
+                host: None,
+                root_cause_row: false,
+            }),
+            text: "exitcode  : ...".into(),
+        };
+        let (first, later) = (1_788_786_178_000_000_000, 1_788_786_209_000_000_000);
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
+        for (rank, at, code, sig) in [(3, first, Some(1), None), (0, later, None, Some(9)), (2, later, None, Some(15))] {
+            ev.unowned.push(row(rank, at, code, sig));
+            ev.ends.push(ProcessEnd { rank: Rank(rank), exit_code: code, signal: sig, at_ns: None });
+        }
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!(f.rank, Some(Rank(3)), "{f:?}");
+
+        // The same kill dated first is the cause.
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
+        for (rank, at, code, sig) in [(3, later, Some(1), None), (0, first, None, Some(9))] {
+            ev.unowned.push(row(rank, at, code, sig));
+            ev.ends.push(ProcessEnd { rank: Rank(rank), exit_code: code, signal: sig, at_ns: None });
+        }
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!((f.rank, f.class), (Some(Rank(0)), coroner_model::FaultClass::Killed));
     }
 
     /// Slurm's output file (a log of no rank) reports the step's OOM kill; srun pins it on task 0,
