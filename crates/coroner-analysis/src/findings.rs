@@ -259,9 +259,9 @@ mod tests {
 
     /// Two agents' failure tables in one output: each row's `time` dates its worker's end, so
     /// the rank whose agent recorded the failure first failed first, whatever the rank numbers.
-    #[test]
-    fn failure_table_times_order_the_ends_of_ranks_without_lines() {
-        let row = |rank: u32, printed: i64| Event {
+    /// A failure table's row for global `rank`, dated `printed`, of a worker that ended so.
+    fn table_row(rank: u32, printed: i64, exit_code: Option<i32>, signal: Option<i32>) -> Event {
+        Event {
             rank: None,
             line: LineRef { stream: Stream::Stderr, seq: u64::from(rank) },
             capture_ns: 9_000_000_000_000,
@@ -269,17 +269,21 @@ mod tests {
             kind: EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure {
                 global_rank: Some(Rank(rank)),
                 local_rank: None,
-                exit_code: Some(1),
-                signal: None,
+                exit_code,
+                signal,
                 pid: None,
                 host: None,
-                root_cause_row: true,
+                root_cause_row: false,
             }),
-            text: "exitcode  : 1".into(),
-        };
+            text: "exitcode  : ...".into(),
+        }
+    }
+
+    #[test]
+    fn failure_table_times_order_the_ends_of_ranks_without_lines() {
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(8), finished: true, ..Default::default() };
-        ev.unowned.push(row(0, 1_685_832_352_000_000_000));
-        ev.unowned.push(row(4, 1_685_832_301_000_000_000));
+        ev.unowned.push(table_row(0, 1_685_832_352_000_000_000, Some(1), None));
+        ev.unowned.push(table_row(4, 1_685_832_301_000_000_000, Some(1), None));
         for r in [0, 4] {
             ev.ends.push(ProcessEnd { rank: Rank(r), exit_code: Some(1), signal: None, at_ns: None });
         }
@@ -292,26 +296,10 @@ mod tests {
     /// out): the kill is the stop, rank 3 failed first.
     #[test]
     fn a_kill_the_launchers_table_dates_after_another_workers_failure_is_its_stop() {
-        let row = |rank: u32, printed: i64, exit_code: Option<i32>, signal: Option<i32>| Event {
-            rank: None,
-            line: LineRef { stream: Stream::Stderr, seq: u64::from(rank) },
-            capture_ns: 9_000_000_000_000,
-            printed_ns: Some(printed),
-            kind: EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure {
-                global_rank: Some(Rank(rank)),
-                local_rank: Some(rank),
-                exit_code,
-                signal,
-                pid: None,
-                host: None,
-                root_cause_row: false,
-            }),
-            text: "exitcode  : ...".into(),
-        };
         let (first, later) = (1_788_786_178_000_000_000, 1_788_786_209_000_000_000);
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
         for (rank, at, code, sig) in [(3, first, Some(1), None), (0, later, None, Some(9)), (2, later, None, Some(15))] {
-            ev.unowned.push(row(rank, at, code, sig));
+            ev.unowned.push(table_row(rank, at, code, sig));
             ev.ends.push(ProcessEnd { rank: Rank(rank), exit_code: code, signal: sig, at_ns: None });
         }
         let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
@@ -320,7 +308,7 @@ mod tests {
         // The same kill dated first is the cause.
         let mut ev = JobEvidence { job_id: "j".into(), world_size: Some(4), finished: true, ..Default::default() };
         for (rank, at, code, sig) in [(3, later, Some(1), None), (0, first, None, Some(9))] {
-            ev.unowned.push(row(rank, at, code, sig));
+            ev.unowned.push(table_row(rank, at, code, sig));
             ev.ends.push(ProcessEnd { rank: Rank(rank), exit_code: code, signal: sig, at_ns: None });
         }
         let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
