@@ -157,7 +157,14 @@ impl JobPipeline {
     /// Answers whether it was news: a rank's first line, a restart, or an event other than
     /// routine progress ([`EventKind::is_routine`]); a line that was not can wait for the next
     /// report rather than cause one (coronerd's reporter).
-    pub fn push_line(&mut self, mut line: LogLine) -> bool {
+    pub fn push_line(&mut self, line: LogLine) -> bool {
+        self.push_line_from(line, "")
+    }
+
+    /// [`JobPipeline::push_line`] for a line an agent on `host` shipped: a rank its launcher
+    /// prefix names takes that host when it has none (a per-node agent's session names no rank,
+    /// so the ranks of its node are known only through it). A rank's own session's host wins.
+    pub fn push_line_from(&mut self, mut line: LogLine, host: &str) -> bool {
         let mut news = false;
         let lane = seq_lane(line.seq);
         if line.rank.is_none() {
@@ -167,6 +174,10 @@ impl JobPipeline {
             // torchrun restarted its workers: its rendezvous result counts the restarts.
             if let Some(n) = filer.restart_count().filter(|n| Some(*n) != before) {
                 self.attempts.mark_lane(lane, n, line.capture_ns);
+                news = true;
+            }
+            if let Some(rank) = line.rank.filter(|r| !host.is_empty() && self.evidence.ranks.get(r).is_none_or(|e| e.host.is_none())) {
+                self.set_host(rank, host);
                 news = true;
             }
         }
@@ -518,6 +529,19 @@ mod tests {
         assert!(push(&mut p, 1, "step 1 loss 2.0"), "another rank's first line");
         let error = "[rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.";
         assert!(push(&mut p, 1, error), "a watchdog timeout");
+    }
+
+    #[test]
+    fn a_per_node_agents_host_is_the_host_of_the_ranks_its_lines_name() {
+        let mut p = JobPipeline::new("j");
+        let line = |text: &str, seq: u64| LogLine { rank: None, stream: Stream::Stdout, seq, capture_ns: seq as i64, bytes: text.as_bytes().to_vec() };
+        p.set_host(Rank(0), "own-session-host");
+        p.push_line_from(line("[default0]:step 1 loss 2.0", 1), "node-7");
+        p.push_line_from(line("[default1]:step 1 loss 2.0", 2), "node-7");
+        p.push_line_from(line("no prefix: the launcher's own line", 3), "node-7");
+        let ev = p.evidence();
+        assert_eq!(ev.ranks[&Rank(0)].host.as_deref(), Some("own-session-host"), "a rank's own session wins");
+        assert_eq!(ev.ranks[&Rank(1)].host.as_deref(), Some("node-7"));
     }
 
     #[test]

@@ -165,7 +165,11 @@ impl Committer {
             }
             let durable = groups.iter().filter(|g| g.outcome.is_ok());
             self.tail.record(durable.flat_map(|g| g.fresh.iter().zip(&g.hosts).flat_map(|(lines, host)| lines.iter().map(move |l| (l, host.as_str())))));
-            let committed: Vec<Vec<LogLine>> = groups.iter_mut().filter(|g| g.outcome.is_ok()).flat_map(|g| std::mem::take(&mut g.fresh)).collect();
+            let committed: Vec<(Vec<LogLine>, String)> = groups
+                .iter_mut()
+                .filter(|g| g.outcome.is_ok())
+                .flat_map(|g| std::mem::take(&mut g.fresh).into_iter().zip(std::mem::take(&mut g.hosts)))
+                .collect();
             self.publish(committed).await;
             for g in groups {
                 self.answer(g);
@@ -173,17 +177,26 @@ impl Committer {
         }
     }
 
-    /// Feeds committed lines to the evidence and counts them.
-    async fn publish(&self, committed: Vec<Vec<LogLine>>) {
-        let n: u64 = committed.iter().map(|l| l.len() as u64).sum();
+    /// Feeds committed lines, each request's with the host its agent runs on, to the evidence
+    /// and counts them.
+    async fn publish(&self, committed: Vec<(Vec<LogLine>, String)>) {
+        let n: u64 = committed.iter().map(|(l, _)| l.len() as u64).sum();
         if n == 0 {
             return;
         }
-        let bytes: u64 = committed.iter().flatten().map(|l| l.bytes.len() as u64).sum();
+        let bytes: u64 = committed.iter().flat_map(|(l, _)| l).map(|l| l.bytes.len() as u64).sum();
         let evidence = self.evidence.clone();
         // Parsing is CPU work: off the runtime.
         let pushed = tokio::task::spawn_blocking(move || {
-            evidence.change_routine(|p| committed.into_iter().flatten().fold(false, |news, line| p.push_line(line) | news));
+            evidence.change_routine(|p| {
+                let mut news = false;
+                for (lines, host) in committed {
+                    for line in lines {
+                        news |= p.push_line_from(line, &host);
+                    }
+                }
+                news
+            });
         })
         .await;
         if let Err(e) = pushed {

@@ -131,7 +131,7 @@ async fn replay_index(mut pipeline: JobPipeline, index: Arc<JobIndex>) -> Result
         let mut positions = Positions::new();
         index.for_each_line(|l| {
             positions::record(&mut positions, l.rank, l.stream, l.seq);
-            pipeline.push_line(LogLine { rank: l.rank.map(Rank), stream: l.stream, seq: l.seq, capture_ns: l.capture_ns, bytes: l.bytes });
+            pipeline.push_line_from(LogLine { rank: l.rank.map(Rank), stream: l.stream, seq: l.seq, capture_ns: l.capture_ns, bytes: l.bytes }, &l.host);
         })?;
         Ok((pipeline, positions, index.num_lines()))
     })

@@ -79,3 +79,17 @@ async fn two_servers_in_one_process_keep_their_own_live_thresholds() {
     let floor = |j: &Job| j.evidence.read(|p| p.live().map(|m| m.config().floor_ns));
     assert_eq!((floor(&ja), floor(&jb)), (Some(1_000_000_000), Some(60_000_000_000)));
 }
+
+#[tokio::test]
+async fn the_ranks_a_per_node_agents_lines_name_take_its_host_and_keep_it_when_reopened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = shared(dir.path(), LiveConfig::default()).await;
+    let job = open(&shared, "per-node").await;
+    let line = LogLine { rank: None, stream: Stream::Stdout, seq: 0, capture_ns: 1_000, bytes: b"[default3]:step 1 loss 2.0".to_vec() };
+    job.commit(vec![line], "node-7".into()).await.expect("commit");
+    let host_of_3 = |r: &coroner_model::Report| r.ranks.iter().find(|x| x.rank == Rank(3)).and_then(|x| x.host.clone());
+    assert_eq!(host_of_3(&job.current_report().await.expect("report")).as_deref(), Some("node-7"));
+    drop(job);
+    let job = open(&shared, "per-node").await;
+    assert_eq!(host_of_3(&job.current_report().await.expect("report")).as_deref(), Some("node-7"), "replayed from the index");
+}
