@@ -47,8 +47,9 @@ pub struct JobFilter {
     pub since_ns: Option<i64>,
     /// Only jobs first seen at or before this time (`first_seen_ns <= until_ns`).
     pub until_ns: Option<i64>,
-    /// Only jobs that ran on this host, as their finished report recorded it (`job_hosts`: a
-    /// running job's hosts are not recorded yet).
+    /// Only jobs that ran on this host: an agent's session named it (a running job too), or the
+    /// finished report recorded it (`job_hosts`, also for jobs imported or analysed without
+    /// sessions on that host).
     pub host: Option<String>,
     /// Only jobs after this one in the order (a page's last job: keyset paging).
     pub after: Option<JobPosition>,

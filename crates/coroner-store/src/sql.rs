@@ -64,7 +64,7 @@ pub fn list_jobs() -> String {
          WHERE ($1 IS NULL OR verdict = $1) AND ($2 IS NULL OR fault_class = $2)
            AND ($3 IS NULL OR last_seen_ns >= $3) AND ($4 IS NULL OR first_seen_ns <= $4)
            AND ($5 IS NULL OR last_seen_ns < $5 OR (last_seen_ns = $5 AND job_id > $6))
-           AND ($8 IS NULL OR job_id IN (SELECT job_id FROM job_hosts WHERE host = $8))
+           AND ($8 IS NULL OR job_id IN (SELECT job_id FROM job_hosts WHERE host = $8 UNION SELECT job_id FROM sessions WHERE host = $8))
          ORDER BY last_seen_ns DESC, job_id
          LIMIT $7"
     )

@@ -207,6 +207,11 @@ pub async fn list_jobs_filters_newest_first(store: Store) -> Result<()> {
     assert!(store.list_jobs(&on("n3")).await?.is_empty());
     let oom_on_n2 = JobFilter { host: Some("n2".into()), ..oom };
     assert_eq!(names(store.list_jobs(&oom_on_n2).await?), ["list-a"]);
+    // A running job has no recorded hosts yet: its agents' sessions name them.
+    store.open_session(&session("list-c-s", &job("list-c"), Some(17), 250)).await?;
+    assert_eq!(names(store.list_jobs(&on("node-2")).await?), ["list-c"]);
+    store.record_job_hosts(&job("list-b"), "failed", &[host("node-2")], 400).await?;
+    assert_eq!(names(store.list_jobs(&on("node-2")).await?), ["list-b", "list-c"], "each job once, from either source");
     Ok(())
 }
 
