@@ -8,7 +8,7 @@ use crate::classified::{Classified, ClassifiedJob};
 use crate::evidence::JobEvidence;
 use crate::hang::join;
 use crate::progress::Progress;
-use coroner_model::{Event, EventKind, FaultClass, PeerRef, Rank, Role};
+use coroner_model::{Event, EventKind, FaultClass, PeerRef, Rank, Role, COORDINATION_TRANSPORT};
 
 #[derive(Debug, Clone)]
 pub struct PartialFinding<'a> {
@@ -35,7 +35,11 @@ fn mechanism(c: &Classified<'_>) -> FaultClass {
         | EventKind::WatchdogAbort { .. }
         | EventKind::HeartbeatStuck { .. } => FaultClass::Hang,
         EventKind::SchedulerEnd { .. } | EventKind::LauncherSignal { .. } => FaultClass::Killed,
-        _ => FaultClass::NcclError,
+        // The coordination service lost a task's process (its heartbeats stopped, or it came
+        // back as a new process): the process went away; a heartbeat timeout is a hang above.
+        EventKind::ConnectionClosed { transport, .. } if transport == COORDINATION_TRANSPORT => FaultClass::Killed,
+        // A symptom's rule can say how the failure it reports happened elsewhere.
+        _ => c.class().unwrap_or(FaultClass::NcclError),
     }
 }
 
@@ -182,6 +186,20 @@ mod tests {
     fn the_peer_the_victims_name_is_the_culprit_when_it_shows_nothing_of_its_own() {
         let f = analyze(&lost(0, 37), &RuleSet::builtin()).first_failure.expect("a failure");
         assert_eq!((f.rank, f.class), (Some(Rank(37)), FaultClass::Hang));
+    }
+
+    /// A task that came back as a new process died: the others' coordination service stops them
+    /// ("another task died"), and the verdict names the task, killed, not this process's error.
+    #[test]
+    fn a_task_that_restarted_is_named_as_killed_over_the_fatal_line_it_caused() {
+        let fatal = "Terminating process because the JAX distributed service detected fatal errors. This most likely indicates that another task died; absl::Status: ABORTED: /job:jax_worker/replica:0/task:1 unexpectedly tried to connect with a different incarnation. It has likely restarted.";
+        let mut ev = JobEvidence { job_id: "j".into(), world_size: None, finished: true, ..Default::default() };
+        let r = ev.rank_mut(Rank(0));
+        r.push(event(0, 0, EventKind::ErrorLine { message: fatal.into() }, fatal));
+        r.push(event(0, 0, EventKind::ConnectionClosed { peer: Some(PeerRef::Rank(Rank(1))), transport: "coordination".into() }, fatal));
+        r.lines = 1;
+        let f = analyze(&ev, &RuleSet::builtin()).first_failure.expect("a failure");
+        assert_eq!((f.rank, f.class), (Some(Rank(1)), FaultClass::Killed));
     }
 
     /// A named rank that logged lines of its own is not taken on the others' word, and two

@@ -79,6 +79,10 @@ pub struct LauncherFailure {
 /// writes it, the analysis says where the stall was read).
 pub const DESYNC_REPORT_OP: &str = "desync report";
 
+/// The transport of a [`EventKind::ConnectionClosed`] that a coordination service (XLA/TSL's, used by
+/// JAX and TensorFlow) reported: the task's process went away, not a network link.
+pub const COORDINATION_TRANSPORT: &str = "coordination";
+
 /// The meaning of an event. Field names follow PyTorch's and NCCL's own words.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -112,7 +116,9 @@ pub enum EventKind {
     NcclWarn { message: String },
     /// NCCL init: which pid on which host is which rank on which device.
     NcclInit { host: String, pid: u32, rank: Rank, nranks: u32, cuda_dev: Option<u32>, bus_id: Option<String> },
-    /// A transport saw a peer hang up: a happens-after edge from that peer's death.
+    /// A transport saw a peer hang up: a happens-after edge from that peer's death. The
+    /// transport [`COORDINATION_TRANSPORT`] is a distributed runtime's coordination service that
+    /// lost a task's process.
     ConnectionClosed { peer: Option<PeerRef>, transport: String },
     /// A transport-level wait that ran out (gloo send/recv, TCPStore wait).
     TransportTimeout { transport: String, operation: String, timeout_ms: Option<u64> },

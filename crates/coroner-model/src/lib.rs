@@ -23,7 +23,7 @@ mod time;
 pub use attempt::{AttemptOutcome, AttemptSummary};
 pub use class::{FaultClass, Role, Verdict};
 pub use clock::ClockSample;
-pub use event::{CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef, DESYNC_REPORT_OP};
+pub use event::{CollectiveFingerprint, Event, EventKind, Frame, LauncherFailure, LineRef, PeerRef, COORDINATION_TRANSPORT, DESYNC_REPORT_OP};
 pub use flight::{FrDump, FrFrame, FrGroup, FrOp, FrSeq, FrState, MAX_FRAMES, MAX_OPS_PER_GROUP};
 pub use flight_report::{FlightRecorderReport, FrDivergence, FrEntryView, FrGroupReport, FrRule, FrStop, FrStraggler, FrVerdict};
 pub use gpu::{GpuSample, GPU_QUERY_FIELDS, GPU_SAMPLE_PREFIX};

@@ -72,6 +72,7 @@ pub struct RankParser {
     wrapped_report: crate::launcher::WrappedReport,
     srun_cleanup: crate::launcher::SrunCleanup,
     horovod_ranks: crate::horovod::RankList,
+    unhealthy_tasks: crate::coordination::UnhealthyTasks,
     /// An NCCL error code was reported since the last WARN (one event per failing call chain).
     nccl_chain: bool,
     /// Each process's last NCCL collective traces (`NCCL_DEBUG_SUBSYS=COLL`), emitted at the end:
@@ -101,6 +102,7 @@ impl RankParser {
             wrapped_report: crate::launcher::WrappedReport::default(),
             srun_cleanup: crate::launcher::SrunCleanup::default(),
             horovod_ranks: crate::horovod::RankList::default(),
+            unhealthy_tasks: crate::coordination::UnhealthyTasks::default(),
             nccl_chain: false,
             last_collectives: Vec::new(),
             json_error: None,
@@ -165,8 +167,10 @@ impl RankParser {
 
     /// One line's text (or one segment of a line that held several, see `glued.rs`).
     fn push_text(&mut self, ctx: &Ctx<'_>, channel: Channel, out: &mut Vec<Event>) {
-        // Launchers' one-line and few-line reports of a worker's end, inside a traceback too.
+        // Launchers' one-line and few-line reports of a worker's end, and a coordination
+        // service's list of the processes it lost, inside a traceback too.
         let mut ends = Vec::new();
+        self.unhealthy_tasks.observe(ctx.text, &mut ends);
         self.first_to_exit.observe(ctx.text, &mut ends);
         self.wrapped_report.observe(ctx.text, &mut ends);
         if let Some(k) = launcher::worker_end(ctx.text) {
