@@ -7,6 +7,28 @@ use crate::time::printed_time;
 use crate::util::{inum_after, leading_i64, leading_u64, num_after};
 use coroner_model::{Event, EventKind, LauncherFailure, Nanos, Rank};
 
+/// Where launchers' own code lives, their entry scripts included: a traceback through it is the
+/// launcher's.
+const LAUNCHER_CODE: [&str; 11] = [
+    "torch/distributed/elastic",
+    "torch/distributed/run.py",
+    "torch/distributed/launch",
+    "distributed/launcher/",
+    "deepspeed/launcher",
+    "horovod/runner",
+    "accelerate/commands/",
+    "text_generation_launcher",
+    "bin/torchrun",
+    "bin/deepspeed",
+    "bin/accelerate",
+];
+
+/// Whether a traceback frame's file is a launcher's own code (torchrun, `torch.distributed.launch`,
+/// DeepSpeed's, Horovod's runner).
+pub fn is_launcher_code(file: &str) -> bool {
+    LAUNCHER_CODE.iter().any(|l| file.contains(l))
+}
+
 /// torchrun's own one-line reports (after a glog or `LEVEL:logger:` header).
 pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
     if let Some(at) = body.find("failed (exitcode: ") {
@@ -147,6 +169,9 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
     if t.trim_start().starts_with("Primary job") && t.contains("terminated normally, but") && t.contains("returned") {
         return Some(failure(None, None, None, None, None));
     }
+    if let Some((rank, pid, code)) = composer_rank_end(t) {
+        return Some(failure(Some(rank), None, Some(code), None, pid));
+    }
     if let Some(at) = t.find("Container rank ").filter(|_| t.contains(" status failed")) {
         let r = &t[at..];
         let code = r.rfind(" code ").and_then(|c| leading_i64(&r[c + " code ".len()..]));
@@ -167,6 +192,22 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
         }
     }
     None
+}
+
+/// Composer's launcher (the `composer` command) on a global rank's end: `Rank 2 crashed with
+/// exit code -7.` when it sees the first crash, `Global rank 2 (PID 4242) exited with code -7` in
+/// its summary; a negative code is the signal that ended the process. (rank, pid, code).
+fn composer_rank_end(t: &str) -> Option<(u64, Option<u64>, i64)> {
+    if let Some(at) = t.find(" crashed with exit code ") {
+        let rank = t[..at].rsplit_once("Rank ")?.1;
+        if rank.is_empty() || !rank.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        return Some((rank.parse().ok()?, None, leading_i64(&t[at + " crashed with exit code ".len()..])?));
+    }
+    let r = &t[t.find("Global rank ")?..];
+    let code = inum_after(r, ") exited with code ")?;
+    Some((num_after(r, "Global rank ")?, num_after(r, "(PID "), code))
 }
 
 /// `mp.spawn`'s report of one of its processes' end: (process index, exit code, signal). A
@@ -614,6 +655,10 @@ mod tests {
         );
         assert!(worker_end("Container rank 1 status running cmd ['python', 'x.py'] code 0 log log/workerlog.1").is_none());
         assert!(worker_end("RuntimeError: process 3 terminated with signal SIGKILL").is_none(), "only spawn's own exceptions");
+        assert_eq!(one("ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7."), (Some(2), None, None, Some(7)));
+        assert_eq!(one("ERROR:composer.cli.launcher:Global rank 0 (PID 208865) exited with code 1"), (Some(0), None, Some(1), None));
+        assert!(worker_end("Socket server crashed with exit code 1. Respawning..").is_none(), "no rank named");
+        assert!(worker_end("Global rank 3 (PID 12) has still not exited; return exit code 1.").is_none());
         assert_eq!(one("Primary job  terminated normally, but 1 process returned"), (None, None, None, None));
         assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");
         // A build step that failed is not a training worker's end.

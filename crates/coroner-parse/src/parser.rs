@@ -309,6 +309,9 @@ impl RankParser {
         } else if let Some((level, msg)) = pylog::pylog(t) {
             if !launcher::classify_body(msg, &mut ks) {
                 match level {
+                    // A launcher's report of a worker's end (`ERROR:composer.cli.launcher:Rank 2
+                    // crashed with exit code -7.`) is read as that worker's end above.
+                    pylog::Level::Error if launcher::worker_end(msg).is_some() => {}
                     pylog::Level::Error => {
                         ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
                         c10d::specific(msg, &mut ks);

@@ -248,8 +248,14 @@ impl Traceback {
             // process killed mid-print), it still says the process failed.
             if !self.frames.is_empty() && !self.headless {
                 let last = self.frames.last().map(|f| format!("{} ({})", f.function, f.file)).unwrap_or_default();
+                // Cut inside a launcher's own code (torchrun's, `torch.distributed.launch`'s,
+                // DeepSpeed's): the launcher raising its report of a worker that failed. A worker's
+                // traceback can pass through launcher code (elastic's `@record` wrapper) but does
+                // not end there.
+                let launchers = self.frames.last().is_some_and(|f| crate::launcher::is_launcher_code(&f.file));
+                let whose = if launchers { "the launcher's own traceback (its report of a failed worker)" } else { "a traceback" };
                 out.push(self.origin.event(
-                    EventKind::ErrorLine { message: format!("a traceback cut before its exception line, last frame {last}") },
+                    EventKind::ErrorLine { message: format!("{whose} cut before its exception line, last frame {last}") },
                     "Traceback (most recent call last):".to_string(),
                 ));
             }

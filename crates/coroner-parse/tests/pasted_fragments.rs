@@ -57,3 +57,27 @@ fn the_proxy_service_threads_teardown_chain_is_no_failure_of_its_own() {
     ]);
     assert!(evs.iter().any(|e| matches!(e.kind, EventKind::NcclError { .. })), "{evs:?}");
 }
+
+/// A traceback cut inside a launcher's own code is the launcher re-raising a worker's failure
+/// (field round 10: `torch.distributed.launch` under `runpy`, cut after `main()`); one cut in
+/// the worker's code is the worker's. The launcher's report names the worker.
+#[test]
+fn a_traceback_cut_inside_the_launchers_code_is_the_launchers_own() {
+    let evs = run(&[
+        "[2024-05-28 14:04:28,584] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1) local_rank: 2 (pid: 60554) of binary: /usr/bin/python",
+        "Traceback (most recent call last):",
+        "  File \"/usr/lib/python3.8/runpy.py\", line 194, in _run_module_as_main",
+        "    return _run_code(code, main_globals, None,",
+        "  File \"/usr/lib/python3.8/site-packages/torch/distributed/launch.py\", line 196, in <module>",
+        "    main()",
+    ]);
+    let cut: Vec<String> = evs.iter().filter(|e| e.kind.message().contains("cut before its exception line")).map(|e| e.kind.message()).collect();
+    assert_eq!(cut.len(), 1, "{evs:?}");
+    assert!(cut[0].starts_with("the launcher's own traceback"), "{cut:?}");
+    assert!(evs.iter().any(|e| matches!(&e.kind, EventKind::LauncherWorkerFailed(f) if f.local_rank == Some(2) && f.exit_code == Some(1))));
+    // Cut in torchrun's entry script itself.
+    let entry = run(&["Traceback (most recent call last):", "  File \"/opt/conda/bin/torchrun\", line 8, in <module>", "    sys.exit(main())"]);
+    assert!(entry.iter().any(|e| e.kind.message().starts_with("the launcher's own traceback")), "{entry:?}");
+    let worker = run(&["Traceback (most recent call last):", "  File \"/srv/job/train.py\", line 40, in <module>", "    main()"]);
+    assert!(worker.iter().any(|e| e.kind.message().starts_with("a traceback cut before its exception line")), "{worker:?}");
+}

@@ -153,17 +153,6 @@ impl JobPipeline {
     }
 }
 
-/// Where launchers' own code lives: a traceback through it is the launcher's.
-const LAUNCHER_CODE: [&str; 7] = [
-    "torch/distributed/elastic",
-    "torch/distributed/run.py",
-    "torch/distributed/launch",
-    "distributed/launcher/",
-    "deepspeed/launcher",
-    "horovod/runner",
-    "text_generation_launcher",
-];
-
 /// One log of unknown rank and one rank that a launcher reports ended but that has no line of
 /// its own: they are the same process (a single worker's log beside its launcher's report, a
 /// DeepSpeed or torchrun console). The log's process is taken to be that rank, and a note says so.
@@ -172,7 +161,7 @@ pub(crate) fn identify_by_launcher(evidence: &mut coroner_analysis::JobEvidence)
     // runs through the launcher's code) stays a process of its own.
     let launchers_words = |m: &str| m.contains("ChildFailedError") || m.contains("processes exited with non-zero") || m.contains("CalledProcessError");
     let workers_own = |e: &coroner_model::Event| match &e.kind {
-        EventKind::Exception { message, frames, .. } => !launchers_words(message) && !frames.iter().any(|f| LAUNCHER_CODE.iter().any(|l| f.file.contains(l))),
+        EventKind::Exception { message, frames, .. } => !launchers_words(message) && !frames.iter().any(|f| coroner_parse::launcher::is_launcher_code(&f.file)),
         // An exception's last line pasted without its traceback: `torch.cuda.OutOfMemoryError: ...`.
         EventKind::ErrorLine { message } => {
             let ty = message.split(':').next().unwrap_or("");
