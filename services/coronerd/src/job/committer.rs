@@ -35,11 +35,14 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 /// Requests waiting for the committer; senders wait when it is full. Memory is bounded by the
-/// ingest budget (`grpc/ingest/budget.rs`), not by this count, which must hold every batch that arrives
-/// during one commit: at 256, each commit took at most 256 batches, and 256 agents sending a
-/// small batch every 100 ms waited ~2 s for acks (`coroner-bench load --agents 256 --rate 50`:
-/// ack p50 1.9 s at 256, 258 ms at 4096).
-pub const COMMIT_QUEUE: usize = 4096;
+/// ingest budget (`grpc/ingest/budget.rs`), not by this count, which must hold every batch that
+/// arrives during one commit, or commits are capped by it: at 256, each commit took at most 256
+/// batches, and 256 agents sending a small batch every 100 ms waited ~2 s for acks
+/// (`coroner-bench load --agents 256 --rate 50`: ack p50 1.9 s at 256, 258 ms at 4096); at 4096,
+/// 16,384 ranks printing a line each second in lockstep needed four serial commits a second,
+/// more than two cores could make (`--agents 16384 --profile steady`: ack p99 5.3 s). The
+/// channel allocates its slots as they fill.
+pub const COMMIT_QUEUE: usize = 64 * 1024;
 /// The most lines one index commit takes: about 10-20 MB of lines; fewer, larger commits make
 /// fewer segments to merge, more would hold acknowledgements back longer.
 const MAX_GROUP_LINES: usize = 128 * 1024;
