@@ -210,6 +210,27 @@ fn composer_rank_end(t: &str) -> Option<(u64, Option<u64>, i64)> {
     Some((num_after(r, "Global rank ")?, num_after(r, "(PID "), code))
 }
 
+/// A launcher relaying a worker's captured output between markers: composer's launcher prints a
+/// crashed rank's stdout and stderr between `----------Begin global rank 1 STDERR----------` and
+/// `----------End global rank 1 STDERR----------`. The lines between are that rank's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relayed {
+    Begin(u32),
+    End,
+}
+
+/// The marker a line is, if it is one (see [`Relayed`]).
+pub fn relayed_output(text: &str) -> Option<Relayed> {
+    let inner = text.trim().strip_prefix("----------")?.strip_suffix("----------")?;
+    let (what, rest) = inner.split_once(" global rank ")?;
+    let rank = u32::try_from(leading_u64(rest)?).ok()?;
+    match what {
+        "Begin" => Some(Relayed::Begin(rank)),
+        "End" => Some(Relayed::End),
+        _ => None,
+    }
+}
+
 /// `mp.spawn`'s report of one of its processes' end: (process index, exit code, signal). A
 /// process that raised is relayed with its traceback and exits 1 (`_wrap` in
 /// torch/multiprocessing/spawn.py).
@@ -660,6 +681,10 @@ mod tests {
         assert!(worker_end("Socket server crashed with exit code 1. Respawning..").is_none(), "no rank named");
         assert!(worker_end("Global rank 3 (PID 12) has still not exited; return exit code 1.").is_none());
         assert_eq!(one("Primary job  terminated normally, but 1 process returned"), (None, None, None, None));
+        assert_eq!(relayed_output("----------Begin global rank 3 STDERR----------"), Some(Relayed::Begin(3)));
+        assert_eq!(relayed_output("----------End global rank 3 STDOUT----------"), Some(Relayed::End));
+        assert_eq!(relayed_output("----------Begin global rank x STDERR----------"), None);
+        assert_eq!(relayed_output("---------- global rank 3 ----------"), None);
         assert!(worker_end("  exitcode  : -9 (pid: 3309)").is_none(), "a table row's field alone is read by the table");
         // A build step that failed is not a training worker's end.
         assert!(worker_end("subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.").is_none());

@@ -122,3 +122,32 @@ fn a_log_a_terminal_hard_wrapped_is_read_as_its_whole_lines() {
     assert_eq!(first(&cut), first(&whole));
     assert!(cut.notes.iter().any(|n| n.contains("hard-wrapped at 60 columns")), "{:?}", cut.notes);
 }
+
+/// Composer's launcher relays each crashed rank's captured stderr between markers: the lines
+/// between are that rank's, so two ranks' tracebacks are told apart and the launcher's own lines
+/// around them stay the log's.
+#[test]
+fn a_launchers_relayed_output_is_filed_under_the_rank_it_names() {
+    let log = "ERROR:composer.cli.launcher:Rank 1 crashed with exit code 1.\n\
+Waiting up to 30 seconds for all training processes to terminate. Press Ctrl-C to exit immediately.\n\
+Global rank 1 (PID 4242) exited with code 1\n\
+----------Begin global rank 1 STDERR----------\n\
+Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    build(cfg)\n\
+KeyError: 'max_seq_len'\n\
+\n\
+----------End global rank 1 STDERR----------\n\
+Global rank 2 (PID 4243) exited with code 1\n\
+----------Begin global rank 2 STDERR----------\n\
+Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    build(cfg)\n\
+KeyError: 'max_seq_len'\n\
+----------End global rank 2 STDERR----------\n";
+    let r = report(&[("launcher.log", log)]);
+    assert_eq!(first(&r).0, Verdict::Failed);
+    assert_eq!(first(&r).2, Some(FaultClass::PythonException));
+    let f = r.first_failure.as_ref().expect("first");
+    assert_eq!(f.rank, Some(Rank(1)), "{}", f.summary);
+    for rank in [1, 2] {
+        let k = r.ranks.iter().find(|k| k.rank == Rank(rank)).unwrap_or_else(|| panic!("rank {rank}: {:?}", r.ranks));
+        assert!(k.lines >= 5, "rank {rank} holds its relayed lines: {k:?}");
+    }
+}

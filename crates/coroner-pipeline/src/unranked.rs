@@ -16,6 +16,7 @@ use crate::stamp_lines::StampLines;
 use crate::unwrap::{Rejoin, Widths};
 use crate::JobPipeline;
 use coroner_model::{EventKind, LogLine, Rank};
+use coroner_parse::launcher::{relayed_output, Relayed};
 use coroner_parse::prefix::{split_rank_prefix, RankPrefix};
 use coroner_parse::{kernel::looks_like_kernel_line, selfrank::self_described};
 use std::collections::BTreeMap;
@@ -44,6 +45,9 @@ pub(crate) struct OpenLog {
     rejoin: Option<Rejoin>,
     /// Stamps printed on lines of their own, put back before their records (`stamp_lines.rs`).
     stamps: StampLines,
+    /// The rank whose captured output a launcher is relaying, between its markers
+    /// (`coroner_parse::launcher::Relayed`): the unprefixed lines there are that rank's.
+    relayed: Option<Rank>,
 }
 
 impl JobPipeline {
@@ -95,7 +99,8 @@ impl JobPipeline {
             self.add_note(format!("{source}: hard-wrapped at {w} columns (most lines are exactly {w} characters, none longer): a line of that width is read joined with the line after it"));
             Rejoin::new(w)
         });
-        self.open_log = Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new(), rejoin, stamps: StampLines::default() });
+        self.open_log =
+            Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new(), rejoin, stamps: StampLines::default(), relayed: None });
     }
 
     /// One line of the log [`JobPipeline::begin_log`] opened (a line given with no log open is
@@ -121,9 +126,20 @@ impl JobPipeline {
             return self.push_line(line);
         };
         let p = split_rank_prefix(&line.bytes);
+        let rest = p.rest(&line.bytes);
+        if rest.first() == Some(&b'-') {
+            match relayed_output(&String::from_utf8_lossy(rest)) {
+                Some(Relayed::Begin(r)) => log.relayed = Some(Rank(r)),
+                Some(Relayed::End) => {
+                    line.rank = log.relayed.take().or(Some(own));
+                    return self.push_line(line);
+                }
+                None => {}
+            }
+        }
         line.rank = match owner_kind(&p) {
             Owner::Rank => None,
-            Owner::Own => Some(owner_of(&line, &p, own, log.per_line)),
+            Owner::Own => Some(log.relayed.unwrap_or_else(|| owner_of(&line, &p, own, log.per_line))),
             Owner::Process(pid) => Some(match log.actors.get(&pid) {
                 Some(r) => *r,
                 None => {
