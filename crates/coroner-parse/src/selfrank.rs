@@ -28,6 +28,7 @@ pub fn self_described(text: &str) -> Option<u32> {
         .or_else(|| after_header(t).and_then(leading_tag))
         .or_else(|| t.strip_prefix("what():").and_then(|r| leading_tag(r.trim_start())))
         .or_else(|| record_tag(t))
+        .or_else(|| composer_header(t))
         .or_else(|| first_person(t))
         .or_else(|| environment(t))
         .or_else(|| tensor_parallel_header(t))?;
@@ -99,6 +100,21 @@ fn record_tag(t: &str) -> Option<u64> {
     None
 }
 
+/// Composer's console record header (llm-foundry and MosaicML examples set it up):
+/// `2023-04-24 16:03:12,379: rank0[1003409][MainThread]: DEBUG: composer.utils.dist: ...`, the
+/// global rank then the process id and the thread's name.
+fn composer_header(t: &str) -> Option<u64> {
+    if !t.as_bytes().first()?.is_ascii_digit() {
+        return None;
+    }
+    let head = crate::util::clip(t, 64);
+    let r = &head[head.find(": rank")? + ": rank".len()..];
+    let n = leading_u64(r)?;
+    let pid = r[r.bytes().take_while(u8::is_ascii_digit).count()..].strip_prefix('[')?;
+    let digits = pid.bytes().take_while(u8::is_ascii_digit).count();
+    (digits > 0 && pid[digits..].starts_with("][")).then_some(n)
+}
+
 /// Frameworks that print their own rank in a failure or overflow message.
 fn first_person(t: &str) -> Option<u64> {
     if let Some(at) = t.find("OVERFLOW! Rank ") {
@@ -159,6 +175,7 @@ mod tests {
             ("AssertionError: Rank 3: found NaN in local grad norm in backwards pass.", 3),
             ("RANK=7 LOCAL_RANK=3 WORLD_SIZE=16", 7),
             ("Distributed environment: MULTI_GPU  Backend: nccl Num processes: 4 Process index: 2 Local process index: 2", 2),
+            ("2023-04-24 16:03:12,379: rank3[1003409][MainThread]: DEBUG: composer.utils.dist: Initializing torch.dist", 3),
         ] {
             assert_eq!(self_described(line), Some(want), "{line}");
         }
@@ -177,6 +194,7 @@ mod tests {
             "[0]:",
             "[3] 12",
             "2026-11-30 08:58:51,398 INFO waiting for rank 3 to join",
+            "2023-04-24 16:03:12,379: rank3 is slow [12] here",
         ] {
             let got = self_described(line);
             // The first line's own tag is rank 1 (the receiver); the detector it names is not read.
