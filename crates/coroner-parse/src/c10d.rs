@@ -99,6 +99,14 @@ pub fn specific(msg: &str, out: &mut Vec<EventKind>) {
 
 /// `Some(code)` when the message reports an NCCL error (`code` may be unknown: `Some(None)`).
 fn nccl_error_code(msg: &str) -> Option<Option<String>> {
+    // `[Rank 3] found async exception when checking for NCCL errors: <reason>`: the check's own
+    // words are no error; its reason is read.
+    let msg = msg.split_once("checking for NCCL errors").map_or(msg, |(_, reason)| reason);
+    // The program shut its process group down (`destroy_process_group`, an abort at exit):
+    // ProcessGroupNCCL marks the communicators with that reason, and nothing failed.
+    if msg.contains("set by ProcessGroupNCCL: Process Group shutdown") {
+        return None;
+    }
     const CODES: [&str; 6] = ["ncclRemoteError", "ncclSystemError", "ncclInternalError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclInvalidArgument"];
     for c in CODES {
         if msg.contains(c) {
@@ -463,5 +471,13 @@ mod tests {
         out.clear();
         specific("NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:121, unhandled cuda error, NCCL version 2.14.3", &mut out);
         assert!(matches!(&out[0], EventKind::NcclError { code: Some(c), .. } if c == "ncclUnhandledCudaError"));
+        out.clear();
+        // The watchdog's check names NCCL errors; only its reason can be one. A process group
+        // the program shut down is no failure.
+        let shutdown = "[Rank 3] found async exception when checking for NCCL errors: NCCL communicator encountered error set by ProcessGroupNCCL: Process Group shutdown on rank 3";
+        specific(shutdown, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        specific("[Rank 3] found async exception when checking for NCCL errors: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", &mut out);
+        assert!(matches!(&out[..], [EventKind::NcclError { code: Some(c), .. }] if c == "ncclSystemError"), "{out:?}");
     }
 }

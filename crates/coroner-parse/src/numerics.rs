@@ -7,7 +7,10 @@
 //!   `overflow detected, setting loss scale to: 0.25`). A few overflows early in training are
 //!   normal (the scale starts at 2^16..2^32 and settles); a scale driven down to
 //!   [`COLLAPSED_SCALE`] or below, or a scaler that says it is at its minimum, means the
-//!   gradients are non-finite at any scale;
+//!   gradients are non-finite at any scale. One overflow that lands below it is held: a second
+//!   overflow makes it certain, progress lines with a finite loss after it clear it (the scale
+//!   settled low and training went on: fairseq routinely runs at 0.5), and a log that ends on it
+//!   reports it ([`Numerics::held`]);
 //! - **loss or gradient norm stay NaN/Inf**: progress lines whose loss or grad norm is `nan` or
 //!   `inf` ([`NON_FINITE_RUN`] in a row: one skipped step is how fp16 scaling works).
 //!
@@ -40,6 +43,8 @@ pub struct Numerics {
     non_finite_run: u32,
     reported_scale: bool,
     reported_run: bool,
+    /// A loss scale that fell to the collapse line once, not yet certain.
+    held: Option<EventKind>,
 }
 
 impl Numerics {
@@ -53,6 +58,8 @@ impl Numerics {
         if !(t.contains("nan") || t.contains("inf") || t.contains("NaN") || t.contains("Inf")) {
             if t.contains("loss") || t.contains("grad") {
                 self.non_finite_run = 0;
+                // Training went on with a finite loss after the scale fell: it settled.
+                self.held = None;
             }
             return;
         }
@@ -83,14 +90,26 @@ impl Numerics {
         let at_minimum = t.contains("already at minimum") || t.contains("Minimum loss scale reached") || t.contains("at minimum loss scale");
         let scale = SCALE.as_ref().and_then(|re| re.captures_iter(t).last()).and_then(|c| c.get(1)?.as_str().trim_end_matches(['.', ',']).parse::<f64>().ok());
         let collapsed = overflow && scale.is_some_and(|s| s <= COLLAPSED_SCALE);
-        if at_minimum || collapsed {
-            self.reported_scale = true;
-            let what = match scale {
-                Some(s) if !at_minimum => format!("the fp16 loss scale collapsed to {s} after gradient overflows"),
-                _ => "the fp16 loss scale is at its minimum and gradients still overflow".to_string(),
-            };
-            out.push(EventKind::Divergence { message: format!("{what}: {}", t.trim()) });
+        if !(at_minimum || collapsed) {
+            return;
         }
+        let what = match scale {
+            Some(s) if !at_minimum => format!("the fp16 loss scale collapsed to {s} after gradient overflows"),
+            _ => "the fp16 loss scale is at its minimum and gradients still overflow".to_string(),
+        };
+        let divergence = EventKind::Divergence { message: format!("{what}: {}", t.trim()) };
+        if at_minimum || self.held.take().is_some() {
+            self.reported_scale = true;
+            out.push(divergence);
+        } else {
+            self.held = Some(divergence);
+        }
+    }
+
+    /// A collapse seen once and neither confirmed nor cleared yet: what a log that ends here
+    /// reports (the event of the line that held it).
+    pub fn held(&self) -> Option<&EventKind> {
+        self.held.as_ref()
     }
 }
 
@@ -98,13 +117,28 @@ impl Numerics {
 mod tests {
     use super::*;
 
+    /// The events of `lines`, with what is still held at their end.
     fn run(lines: &[&str]) -> Vec<EventKind> {
         let mut n = Numerics::default();
         let mut out = Vec::new();
         for l in lines {
             n.observe(l, &mut out);
         }
+        out.extend(n.held().cloned());
         out
+    }
+
+    /// A scale that fell low once and then trained on with finite losses settled (fairseq's
+    /// runs sit at 0.5 for epochs); falling again, or ending there, is the collapse.
+    #[test]
+    fn a_low_scale_that_training_goes_on_from_is_no_collapse() {
+        let overflow = "| WARNING: overflow detected, setting loss scale to: 0.5";
+        let progress = "| epoch 068 | loss 3.573 | nll_loss 1.864 | ppl 3.64 | loss_scale 0.500";
+        assert!(run(&[overflow, progress, progress]).is_empty());
+        assert_eq!(run(&[overflow, "| WARNING: overflow detected, setting loss scale to: 0.25"]).len(), 1);
+        assert_eq!(run(&[progress, overflow]).len(), 1);
+        // Cleared, then falling twice more: a collapse after all.
+        assert_eq!(run(&[overflow, progress, overflow, overflow]).len(), 1);
     }
 
     #[test]

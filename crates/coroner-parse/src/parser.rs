@@ -83,6 +83,12 @@ pub struct RankParser {
     /// A rank's first `Waiting in store based barrier` line, reported at the end unless the
     /// barrier completes: a start-up that never got all its ranks.
     store_barrier: Option<Event>,
+    /// The divergence the numerics tracker holds (`Numerics::held`), as the event of the line
+    /// that made it: reported at the end unless it is confirmed or cleared first.
+    held_divergence: Option<Event>,
+    /// The line count at Python's last `Exception ignored in: ...`: the traceback right after it
+    /// is one the interpreter swallowed.
+    ignored_exception_at: Option<u64>,
 }
 
 impl RankParser {
@@ -107,6 +113,8 @@ impl RankParser {
             last_collectives: Vec::new(),
             json_error: None,
             store_barrier: None,
+            ignored_exception_at: None,
+            held_divergence: None,
         }
     }
 
@@ -209,16 +217,18 @@ impl RankParser {
 
     /// What [`RankParser::finish`] would add now, leaving the parser as it is (more lines may
     /// come): a report of a running job closes open blocks on copies. Only what `finish` reports
-    /// (the open blocks, the last collectives, a store barrier still waited in) is copied, nothing when there are none: a 16,384-rank job has
+    /// (the open blocks, the last collectives, a store barrier still waited in, a held divergence)
+    /// is copied, nothing when there are none: a 16,384-rank job has
     /// 32k parsers, nearly all with nothing open.
     pub fn finish_copy(&self, out: &mut Vec<Event>) {
-        if self.blocks.is_empty() && self.last_collectives.is_empty() && self.store_barrier.is_none() {
+        if self.blocks.is_empty() && self.last_collectives.is_empty() && self.store_barrier.is_none() && self.held_divergence.is_none() {
             return;
         }
         let mut copy = RankParser {
             blocks: self.blocks.clone(),
             last_collectives: self.last_collectives.clone(),
             store_barrier: self.store_barrier.clone(),
+            held_divergence: self.held_divergence.clone(),
             ..RankParser::new(self.rank)
         };
         copy.finish(out);
@@ -227,6 +237,7 @@ impl RankParser {
     /// End of input: flush any open multi-line block.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
         out.extend(self.store_barrier.take());
+        out.extend(self.held_divergence.take());
         for (_, last) in std::mem::take(&mut self.last_collectives) {
             out.extend(last);
         }
@@ -277,7 +288,13 @@ impl RankParser {
                     }
                 }
             }
+            let held_before = self.numerics.held().is_some();
             self.numerics.observe(t, &mut ks);
+            match self.numerics.held() {
+                Some(k) if !held_before => self.held_divergence = Some(ctx.origin().event(k.clone(), clip(t, MAX_TEXT).to_string())),
+                Some(_) => {}
+                None => self.held_divergence = None,
+            }
             crate::horovod::stalls(t, &mut ks);
             self.horovod_ranks.observe(t, &mut ks);
         }
@@ -300,7 +317,14 @@ impl RankParser {
                     message: format!("{name}: an NCCL call failed with result {code} ({})", l.msg.trim()),
                 });
             }
-        } else if let Some(b) = self.start_block(ctx, &mut ks) {
+        } else if t.starts_with(IGNORED_EXCEPTION) {
+            // Python's own header for an exception it swallowed (`Exception ignored in: <function
+            // X.__del__ ...>`, `Exception ignored in atexit callback: ...`): its traceback follows.
+            self.ignored_exception_at = Some(self.lines);
+        } else if let Some(mut b) = self.start_block(ctx, &mut ks) {
+            if let Block::Traceback(tb) = &mut b {
+                tb.ignored = self.ignored_exception_at.is_some_and(|at| at + 1 == self.lines);
+            }
             self.blocks.push((channel, b));
         } else if let Some(g) = glog::parse(t) {
             if !barrier {
@@ -486,6 +510,10 @@ fn same_template(a: &str, b: &str) -> bool {
     }
     i == a.len() && j == b.len()
 }
+
+/// How Python begins the report of an exception it ignored (`Exception ignored in: ...`,
+/// `Exception ignored in atexit callback: ...`, `Exception ignored while ...`).
+const IGNORED_EXCEPTION: &str = "Exception ignored ";
 
 /// E-level c10d lines that narrate the dump procedure rather than report a failure.
 const GLOG_NOISE: [&str; 5] =

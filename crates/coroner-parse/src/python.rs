@@ -97,6 +97,9 @@ pub(crate) struct Traceback {
     lines: u32,
     /// Started at a frame, its head cut: only its exception line makes it an event.
     headless: bool,
+    /// Printed under Python's `Exception ignored in: ...` (a destructor, an exit callback, a
+    /// thread's cleanup): the interpreter swallowed it and the process went on.
+    pub(crate) ignored: bool,
 }
 
 impl Traceback {
@@ -117,6 +120,7 @@ impl Traceback {
             last_was_last_error: false,
             lines: 0,
             headless: false,
+            ignored: false,
         })
     }
 
@@ -136,6 +140,7 @@ impl Traceback {
             last_was_last_error: false,
             lines: 0,
             headless: true,
+            ignored: false,
         };
         t.frames.push(frame);
         Some(t)
@@ -246,7 +251,7 @@ impl Traceback {
             diags.push(crate::ParseDiagnostic { seq: self.origin.line.seq, message: "traceback ended before its exception line".into() });
             // A traceback is printed only for an error: cut before its last line (a paste, a
             // process killed mid-print), it still says the process failed.
-            if !self.frames.is_empty() && !self.headless {
+            if !self.frames.is_empty() && !self.headless && !self.ignored {
                 let last = self.frames.last().map(|f| format!("{} ({})", f.function, f.file)).unwrap_or_default();
                 // Cut inside a launcher's own code (torchrun's, `torch.distributed.launch`'s,
                 // DeepSpeed's): the launcher raising its report of a worker that failed. A worker's
@@ -261,6 +266,14 @@ impl Traceback {
             }
             return;
         };
+        if self.ignored {
+            let what = format!("{exc_type}: {}", first_line(&self.message));
+            out.push(self.origin.event(
+                EventKind::Warning { message: format!("an exception Python ignored (raised in a destructor or an exit callback; the process went on): {what}") },
+                self.final_text.clone(),
+            ));
+            return;
+        }
         let mut specific = Vec::new();
         c10d::specific(&self.message, &mut specific);
         // Raised inside `load_state_dict`: whatever its words (an old PyTorch's `inconsistent
