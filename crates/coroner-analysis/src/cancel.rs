@@ -5,7 +5,8 @@
 //! What counts, whatever the format:
 //! - a line of the scheduler or orchestrator saying so: Slurm's `*** JOB 7 ON n1 CANCELLED AT
 //!   ... [DUE TO TIME LIMIT | PREEMPTION] ***` and `srun: Force Terminated`, Kubernetes'
-//!   `Reason: Evicted` / `The node was low on resource` (`coroner_parse::launcher`);
+//!   `Reason: Evicted` / `The node was low on resource` (`coroner_parse::launcher`), torchrun's
+//!   `Received 2 death signal, shutting down workers` (its agent was signalled);
 //! - every rank (two or more) ended by SIGTERM or SIGKILL within [`SAME_MOMENT_NS`] of each other
 //!   on the aligned clock, none otherwise.
 //!
@@ -45,6 +46,10 @@ fn stopped_by(message: &str) -> Option<&'static str> {
         Some("Kubernetes, which evicted the pod")
     } else if m.contains("CANCELLED") || m.contains("FORCE TERMINATED") {
         Some("the scheduler (Slurm cancelled the job or step)")
+    } else if m.contains("RECEIVED 2 DEATH SIGNAL") {
+        Some("an interrupt to the launcher (SIGINT: Ctrl-C)")
+    } else if m.contains("DEATH SIGNAL") {
+        Some("a signal to the launcher (a scheduler's, kubelet's or operator's SIGTERM)")
     } else {
         None
     }

@@ -477,7 +477,10 @@ mod tests {
         let shutdown = "[Rank 3] found async exception when checking for NCCL errors: NCCL communicator encountered error set by ProcessGroupNCCL: Process Group shutdown on rank 3";
         specific(shutdown, &mut out);
         assert!(out.is_empty(), "{out:?}");
-        specific("[Rank 3] found async exception when checking for NCCL errors: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", &mut out);
+        specific(
+            "[Rank 3] found async exception when checking for NCCL errors: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            &mut out,
+        );
         assert!(matches!(&out[..], [EventKind::NcclError { code: Some(c), .. }] if c == "ncclSystemError"), "{out:?}");
     }
 }

@@ -46,6 +46,12 @@ pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
         }));
         return true;
     }
+    // The elastic agent itself was signalled (`Received 2 death signal, shutting down workers`:
+    // Ctrl-C for 2, a scheduler's or kubelet's SIGTERM for 15): the job was stopped from outside.
+    if body.contains(" death signal, shutting down workers") {
+        out.push(EventKind::SchedulerEnd { message: body.trim().to_string() });
+        return true;
+    }
     if let Some(at) = body.find("Sending process ") {
         let r = &body[at + "Sending process ".len()..];
         if let Some(sig_at) = r.find("closing signal ") {
@@ -645,6 +651,9 @@ mod tests {
         assert_eq!(out[1], EventKind::LauncherSignal { pid: Some(3190), signal: "SIGTERM".into() });
         assert!(matches!(&out[2], EventKind::LauncherWorkerFailed(f) if f.signal == Some(9) && f.exit_code.is_none()));
         assert!(!classify_body("Setting OMP_NUM_THREADS environment variable", &mut out));
+        out.clear();
+        assert!(classify_body("Received 2 death signal, shutting down workers", &mut out));
+        assert!(matches!(&out[..], [EventKind::SchedulerEnd { message }] if message.contains("death signal")));
     }
 
     #[test]

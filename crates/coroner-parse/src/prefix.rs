@@ -78,6 +78,10 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if !at_start {
         return None;
     }
+    // A terminal's echo of Ctrl-C before what was printed next: `^CWARNING:torch...`.
+    if s.starts_with(b"^C") && s.len() > 2 {
+        return Some(2);
+    }
     // A reply quoting a log e-mail style: `> ` (or a bare `>` on an empty quoted line).
     if s.first() == Some(&b'>') && s.get(1).is_none_or(|b| *b == b' ') {
         return Some(s.len().min(2));
@@ -370,6 +374,9 @@ mod tests {
         assert_eq!(split_rank_prefix(line).rest(line), b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x");
         let line = b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x";
         assert_eq!(split_rank_prefix(line).rest(line), b"INFO 04-06 00:55:21 [llm_engine.py:447] x");
+        let line = b"^CWARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, shutting down workers";
+        assert_eq!(split_rank_prefix(line).rest(line), &line[2..]);
+        assert_eq!(split_rank_prefix(b"^C").len, 0, "a bare echo stays a line");
         let line = b"<>        [2021-12-07 10:43:01] 087c0ee7 || RuntimeError: Horovod detected";
         assert_eq!(split_rank_prefix(line).rest(line), b"RuntimeError: Horovod detected");
         let line = b"[80746] [rank0]:[E321 02:07:08.1 ProcessGroupNCCL.cpp:1] x";

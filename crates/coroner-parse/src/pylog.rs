@@ -42,12 +42,19 @@ pub fn pylog(t: &str) -> Option<(Level, &str)> {
         return level_word_record(t);
     }
     if first == b' ' {
-        // rich's console handler (accelerate, NeMo): ` ERROR    message    api.py:673`.
-        // The level is padded to 8 columns and followed by a space.
-        let r = t.strip_prefix(' ')?;
-        let word = r.split(' ').next()?;
-        let pad = r[word.len()..].bytes().take_while(|c| *c == b' ').count();
-        return level_word_record(r).filter(|_| word.len() + pad >= 9);
+        // rich's console handler (accelerate, NeMo): ` ERROR    message    api.py:673`, its
+        // time column left blank when the second has not changed (`           ERROR    ...`).
+        return rich_record(t.trim_start_matches(' '));
+    }
+    if first == b'[' {
+        // rich with its time column: `[05:04:49] ERROR    message`, `[07/19/23 05:04:49] ...`.
+        if let Some(close) = t.get(..24).and_then(|h| h.find("] ")) {
+            if t[1..close].bytes().all(|c| c.is_ascii_digit() || matches!(c, b':' | b'/' | b' ' | b'-' | b'.')) && t[1..close].contains(':') {
+                if let Some(r) = rich_record(&t[close + 2..]) {
+                    return Some(r);
+                }
+            }
+        }
     }
     if first.is_ascii_lowercase() {
         // `logger.name: [LEVEL] message`: PyTorch's elastic format with its leading
@@ -84,6 +91,14 @@ pub fn pylog(t: &str) -> Option<(Level, &str)> {
         }
     }
     None
+}
+
+/// rich's record after its time column: the level padded to 8 columns and a space, then the
+/// message (`ERROR    message    api.py:673`).
+fn rich_record(r: &str) -> Option<(Level, &str)> {
+    let word = r.split(' ').next()?;
+    let pad = r[word.len()..].bytes().take_while(|c| *c == b' ').count();
+    level_word_record(r).filter(|_| word.len() + pad >= 9)
 }
 
 /// A record that starts with its level word and a space: rich's `ERROR    message    api.py:673`
@@ -142,6 +157,17 @@ mod tests {
                 "torch.distributed.run: [WARNING] master_addr is only used for static rdzv_backend",
                 Some((Level::Warning, "master_addr is only used for static rdzv_backend")),
             ),
+            (
+                "           ERROR    failed (exitcode: -6) local_rank: 1 (pid: 137165) of binary: python",
+                Some((Level::Error, "failed (exitcode: -6) local_rank: 1 (pid: 137165) of binary: python")),
+            ),
+            (
+                "[05:04:49] WARNING  Sending process 137164 closing signal SIGTERM      api.py:699",
+                Some((Level::Warning, "Sending process 137164 closing signal SIGTERM")),
+            ),
+            ("[07/19/23 05:04:49] ERROR    failed (exitcode: 1) local_rank: 0", Some((Level::Error, "failed (exitcode: 1) local_rank: 0"))),
+            ("[05:04:49] ERROR is not padded", None),
+            ("[12/40] ERROR    x", None),
             ("epoch 3: [12/40] loss 0.1", None),
             ("RuntimeError: x", None),
             ("   INFO is not a record", None),

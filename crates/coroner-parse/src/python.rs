@@ -269,7 +269,9 @@ impl Traceback {
         if self.ignored {
             let what = format!("{exc_type}: {}", first_line(&self.message));
             out.push(self.origin.event(
-                EventKind::Warning { message: format!("an exception Python ignored (raised in a destructor or an exit callback; the process went on): {what}") },
+                EventKind::Warning {
+                    message: format!("an exception Python ignored (raised in a destructor or an exit callback; the process went on): {what}"),
+                },
                 self.final_text.clone(),
             ));
             return;

@@ -89,13 +89,28 @@ fn a_traceback_cut_inside_the_launchers_code_is_the_launchers_own() {
 #[test]
 fn an_exception_python_ignored_is_a_warning_not_a_failure() {
     let failure = |evs: &[coroner_model::Event]| evs.iter().any(|e| matches!(e.kind, EventKind::Exception { .. } | EventKind::ErrorLine { .. }));
-    for header in ["Exception ignored in: <function PersistentAsyncCaller.__del__ at 0x746f0cbc8d60>", "Exception ignored in atexit callback: <bound method Cb._clean of <x.Cb object at 0x7f>>"] {
-        let evs = run(&[header, "Traceback (most recent call last):", "  File \"x.py\", line 4, in __del__", "    self.close()", "ValueError: Default process group has not been initialized"]);
+    for header in [
+        "Exception ignored in: <function PersistentAsyncCaller.__del__ at 0x746f0cbc8d60>",
+        "Exception ignored in atexit callback: <bound method Cb._clean of <x.Cb object at 0x7f>>",
+    ] {
+        let evs = run(&[
+            header,
+            "Traceback (most recent call last):",
+            "  File \"x.py\", line 4, in __del__",
+            "    self.close()",
+            "ValueError: Default process group has not been initialized",
+        ]);
         assert!(!failure(&evs), "{evs:?}");
         assert!(evs.iter().any(|e| matches!(&e.kind, EventKind::Warning { message } if message.contains("ValueError: Default process group"))), "{evs:?}");
         let cut = run(&[header, "Traceback (most recent call last):", "  File \"x.py\", line 4, in __del__"]);
         assert!(!failure(&cut), "{cut:?}");
     }
-    let later = run(&["Exception ignored in: <function A.__del__ at 0x7f>", "step 3", "Traceback (most recent call last):", "  File \"x.py\", line 4, in main", "ValueError: bad"]);
+    let later = run(&[
+        "Exception ignored in: <function A.__del__ at 0x7f>",
+        "step 3",
+        "Traceback (most recent call last):",
+        "  File \"x.py\", line 4, in main",
+        "ValueError: bad",
+    ]);
     assert!(failure(&later), "{later:?}");
 }

@@ -151,3 +151,19 @@ KeyError: 'max_seq_len'\n\
         assert!(k.lines >= 5, "rank {rank} holds its relayed lines: {k:?}");
     }
 }
+
+/// torchrun's agent interrupted (Ctrl-C echoed as `^C`, `Received 2 death signal`): the workers'
+/// KeyboardInterrupt tracebacks after it are the interrupt's echo, and no rank failed first.
+#[test]
+fn an_interrupted_launcher_is_a_stop_from_outside_not_a_workers_exception() {
+    let log = "step 41 loss 2.3\n\
+^CWARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, shutting down workers\n\
+WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 423964 closing signal SIGINT\n\
+Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    loss.backward()\n\
+KeyboardInterrupt\n";
+    let r = report(&[("console.log", log)]);
+    assert_eq!(first(&r), (Verdict::Failed, None, Some(FaultClass::Killed)));
+    let f = r.first_failure.as_ref().expect("first");
+    assert_eq!(f.rule.as_deref(), Some("stopped-from-outside"), "{}", f.summary);
+    assert!(f.summary.contains("Ctrl-C"), "{}", f.summary);
+}
