@@ -259,6 +259,9 @@ mod tests {
         assert_ne!(class("error_line", "INTERNAL: RET_CHECK failure (xla/service/gpu/gpu_compiler.cc:618) dnn != nullptr"), Some(FaultClass::Segfault));
         // Host memory: Rust's allocator giving up; a TPU worker that stopped answering.
         assert_eq!(class("error_line", "memory allocation of 4194304 bytes failed"), Some(FaultClass::Killed));
+        // The closing advice of Ray's memory monitor's report, its head truncated away.
+        let ray = "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory on this node";
+        assert_eq!(class("error_line", ray), Some(FaultClass::Killed));
         assert_eq!(
             class("error_line", "ShutdownHook: lame workers found: HeartbeatManager(/job:worker/replica:0/task:2/device:CPU:0)"),
             Some(FaultClass::Killed)

@@ -108,6 +108,9 @@ const PHRASES: &[(&str, Act)] = &[
     ("lame workers found", Act::Error),
     ("exceeds the memory usage threshold", Act::Error),
     ("Ray killed this worker", Act::Error),
+    // The advice closing Ray's memory monitor's report of a worker it killed, left when a
+    // truncated log lost the report's head.
+    ("ray-oom-prevention", Act::Error),
     ("received at time=", Act::Error),
     ("NCCL error", Act::Error),
     // An XLA/absl status code: JAX's `Original error: RESOURCE_EXHAUSTED: Failed to allocate ...`.

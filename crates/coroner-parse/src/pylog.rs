@@ -16,7 +16,8 @@ fn level_of(w: &str) -> Option<Level> {
         "DEBUG" => Level::Debug,
         "INFO" => Level::Info,
         "WARNING" | "WARN" => Level::Warning,
-        "ERROR" | "CRITICAL" | "FATAL" => Level::Error,
+        // `ERR`: Ray's command-line logger (`ray job submit`: `... ERR cli.py:72 -- Job '...' failed`).
+        "ERROR" | "ERR" | "CRITICAL" | "FATAL" => Level::Error,
         _ => return None,
     })
 }
@@ -168,6 +169,10 @@ mod tests {
             ("[07/19/23 05:04:49] ERROR    failed (exitcode: 1) local_rank: 0", Some((Level::Error, "failed (exitcode: 1) local_rank: 0"))),
             ("[05:04:49] ERROR is not padded", None),
             ("[12/40] ERROR    x", None),
+            (
+                "2025-04-24 18:57:03,337 ERR cli.py:72 -- Job 'raysubmit_LKFSP4hfiq2xPuz6' failed",
+                Some((Level::Error, "cli.py:72 -- Job 'raysubmit_LKFSP4hfiq2xPuz6' failed")),
+            ),
             ("epoch 3: [12/40] loss 0.1", None),
             ("RuntimeError: x", None),
             ("   INFO is not a record", None),
