@@ -108,10 +108,12 @@ fn by_silence<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>) -> Option<
     // A rank with no line and no recorded end is not silent: its log is missing (plain logs of
     // part of a job); the partial verdict says so instead.
     let captured = |r: &Rank| evidence.ranks.get(r).is_some_and(|e| e.lines > 0) || evidence.end_of(*r).is_some();
+    // A process of unknown rank is not a rank the others wait for: in a combined log it is the
+    // lines no prefix owns (a launcher's, a stack dump pasted without its rank's prefix).
     let silent: Vec<Rank> = ranks
         .iter()
         .copied()
-        .filter(|r| waiting.binary_search(r).is_err() && captured(r))
+        .filter(|r| !r.is_unknown() && waiting.binary_search(r).is_err() && captured(r))
         .filter(|r| job.events(*r).iter().all(|c| !matches!(c.role, Role::Root | Role::Symptom)) && !evidence.end_of(*r).is_some_and(|e| e.succeeded()))
         .collect();
     match silent.as_slice() {

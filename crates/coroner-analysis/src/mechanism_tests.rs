@@ -247,3 +247,40 @@ fn a_worker_killed_by_sigbus_is_a_bus_error_on_that_rank_with_the_shared_memory_
     assert_eq!(first(&report), (Verdict::Failed, Some(2), FaultClass::BusError));
     assert!(report.advice.iter().any(|a| a.contains("/dev/shm") && a.contains("num_workers")), "{:?}", report.advice);
 }
+
+/// A watchdog line of a rank in a subgroup names no group (`[Rank 1] Watchdog caught ...` on
+/// global rank 13); its status line names the group failing at the same work. Rank 0's default
+/// group counter is not compared with it: no rank is blamed for a group it was not shown in, and
+/// a process of unknown rank (unprefixed lines of a combined log) is not a silent rank.
+#[test]
+fn a_subgroups_timeout_is_compared_within_its_group_only() {
+    let mut ev = JobEvidence { job_id: "j".into(), world_size: None, finished: true, ..Default::default() };
+    let mut pgless = timeout(13, 10, 1438, "ALLTOALL_BASE", 64);
+    if let EventKind::WatchdogTimeout { pg, .. } = &mut pgless.kind {
+        *pg = None;
+    }
+    let status = EventKind::PgStatus {
+        pg: Some(PgId("3".into())),
+        failing_seq: Some(SeqNo(1438)),
+        last_enqueued: Some(SeqNo(1441)),
+        last_started: None,
+        last_completed: Some(SeqNo(1437)),
+    };
+    let dump =
+        EventKind::DumpSignal { pg: Some(PgId("0".into())), detector: Some(Rank(13)), last_enqueued: Some(SeqNo(1261)), last_completed: Some(SeqNo(1259)) };
+    for e in [pgless, event(13, 10, status, "failure detected by watchdog at work sequence id: 1438"), event(0, 11, dump, "Received a dump signal")] {
+        push(&mut ev, e);
+    }
+    for r in [0, 13] {
+        ev.rank_mut(Rank(r)).lines = 3;
+    }
+    let unknown = Rank::unknown(0);
+    ev.rank_mut(unknown).lines = 5;
+    let progress = crate::progress::collect(&ev);
+    assert!(progress.groups.get(&PgId("3".into())).is_some_and(|g| g.get(&Rank(13)).is_some_and(|p| p.timed_out.is_some())));
+    assert!(progress.laggards().is_empty(), "{:?}", progress.laggards());
+    let r = analyze(&ev, &RuleSet::builtin());
+    let f = r.first_failure.expect("a failure");
+    assert_eq!((f.rank, f.class), (None, FaultClass::Hang), "{}", f.summary);
+    assert!(f.summary.starts_with("the culprit is not in these logs"), "{}", f.summary);
+}

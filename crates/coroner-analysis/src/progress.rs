@@ -42,9 +42,14 @@ pub fn collect(evidence: &JobEvidence) -> Progress {
         for e in &ev.events {
             let (pg, update): (Option<&PgId>, Update) = match &e.kind {
                 EventKind::WatchdogTimeout { pg, seq: Some(seq), op, numel_in, .. } => {
+                    // A watchdog line without its group (`[Rank 1] Watchdog caught ...`: the rank
+                    // in a subgroup) takes it from the status line that names the same failing
+                    // work (`[PG ID 3 ... Rank 1] failure detected by watchdog at work sequence
+                    // id: 1438`); only then is it not read as the default group's.
+                    let pg = pg.as_ref().or_else(|| group_failing_at(&ev.events, *seq));
                     let (seq, op, numel) = (*seq, op.clone(), *numel_in);
                     (
-                        pg.as_ref(),
+                        pg,
                         Box::new(move |p: &mut PgProgress| {
                             raise(&mut p.last_enqueued, Some(seq));
                             p.timed_out = Some((seq, op.clone(), numel));
@@ -86,6 +91,14 @@ pub fn collect(evidence: &JobEvidence) -> Progress {
         raise(&mut p.last_completed, *co);
     }
     progress
+}
+
+/// The group a rank's watchdog status line names as failing at `seq`, if one does.
+fn group_failing_at(events: &[coroner_model::Event], seq: SeqNo) -> Option<&PgId> {
+    events.iter().find_map(|e| match &e.kind {
+        EventKind::PgStatus { pg: Some(pg), failing_seq: Some(s), .. } if *s == seq => Some(pg),
+        _ => None,
+    })
 }
 
 impl Progress {
