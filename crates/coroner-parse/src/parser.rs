@@ -16,8 +16,10 @@
 //! of CUDA kernel assert lines make one event).
 
 use crate::block::{Ctx, Step};
-use crate::launcher::{self, FailureTable};
+use crate::failure_table::FailureTable;
+use crate::launcher;
 use crate::python::{CppFrames, FaultDump, PyWarning, Terminate, Traceback};
+use crate::scheduler;
 use crate::util::{clip, template_hash};
 use crate::{c10d, failures, glog, nccl, prefix, pylog, steps};
 use coroner_model::{Event, EventKind, LineRef, LogLine, Rank};
@@ -70,7 +72,7 @@ pub struct RankParser {
     numerics: crate::numerics::Numerics,
     first_to_exit: crate::launcher::FirstToExit,
     wrapped_report: crate::launcher::WrappedReport,
-    srun_cleanup: crate::launcher::SrunCleanup,
+    srun_cleanup: crate::scheduler::SrunCleanup,
     horovod_ranks: crate::horovod::RankList,
     unhealthy_tasks: crate::coordination::UnhealthyTasks,
     /// An NCCL error code was reported since the last WARN (one event per failing call chain).
@@ -106,7 +108,7 @@ impl RankParser {
             numerics: crate::numerics::Numerics::default(),
             first_to_exit: crate::launcher::FirstToExit::default(),
             wrapped_report: crate::launcher::WrappedReport::default(),
-            srun_cleanup: crate::launcher::SrunCleanup::default(),
+            srun_cleanup: crate::scheduler::SrunCleanup::default(),
             horovod_ranks: crate::horovod::RankList::default(),
             unhealthy_tasks: crate::coordination::UnhealthyTasks::default(),
             nccl_chain: false,
@@ -184,7 +186,7 @@ impl RankParser {
         if let Some(k) = launcher::worker_end(ctx.text) {
             ends.push(k);
         }
-        let srun = launcher::srun_task_ends(ctx.text);
+        let srun = scheduler::srun_task_ends(ctx.text);
         ends.extend(self.srun_cleanup.observe(ctx.text, srun));
         if !ends.is_empty() {
             let origin = ctx.origin();
@@ -367,7 +369,7 @@ impl RankParser {
             }
         } else if let Some(sample) = coroner_model::GpuSample::from_line(t) {
             ks.push(EventKind::GpuSample(sample));
-        } else if let Some(k) = launcher::slurm(t).or_else(|| launcher::kubernetes(t)) {
+        } else if let Some(k) = scheduler::slurm(t).or_else(|| scheduler::kubernetes(t)) {
             ks.push(k);
         } else if self.lines.saturating_sub(self.last_bare_at) < DEDUP_WINDOW && same_template(t, &self.last_bare) {
             self.last_bare_at = self.lines;
