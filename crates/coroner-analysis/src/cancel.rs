@@ -21,6 +21,9 @@ use crate::evidence::JobEvidence;
 use crate::rules::RuleSet;
 use coroner_model::{Event, EventKind, Nanos, ProcessEndCause, Rank, Role};
 
+/// The rule of a stop from outside.
+pub const STOPPED_FROM_OUTSIDE: &str = "stopped-from-outside";
+
 /// How close together every rank's death by signal must be to read as one stop from outside.
 pub const SAME_MOMENT_NS: i64 = 5_000_000_000;
 
@@ -28,10 +31,16 @@ pub const SAME_MOMENT_NS: i64 = 5_000_000_000;
 pub struct Cancel<'a> {
     /// Who stopped the job, in words (`Slurm: time limit`), or how it looks (`every rank ...`).
     pub who: String,
+    /// The rule whose advice fits: `stopped-from-outside`, or `container-memory-kill` when the
+    /// orchestrator says the container ran out of its memory.
+    pub rule: &'static str,
     /// When, on the aligned clock, if known.
     pub at: Option<Nanos>,
     pub events: Vec<&'a Event>,
 }
+
+/// Kubernetes' OOMKilled: the job did not fail first-hand either, it outgrew its container.
+const MEMORY_LIMIT: &str = "Kubernetes, which killed the container for exceeding its memory limit (OOMKilled)";
 
 /// Who a scheduler line says stopped the job, if it says so.
 fn stopped_by(message: &str) -> Option<&'static str> {
@@ -46,6 +55,10 @@ fn stopped_by(message: &str) -> Option<&'static str> {
         Some("Kubernetes, which evicted the pod")
     } else if m.contains("CANCELLED") || m.contains("FORCE TERMINATED") {
         Some("the scheduler (Slurm cancelled the job or step)")
+    } else if m.contains("OOMKILLED") {
+        Some(MEMORY_LIMIT)
+    } else if m.starts_with("KUBERNETES: EXIT CODE:") && (m.ends_with(" 137") || m.ends_with(" 143")) {
+        Some("Kubernetes, which killed the container (exit code 137: SIGKILL, 143: SIGTERM)")
     } else if m.contains("RECEIVED 2 DEATH SIGNAL") {
         Some("an interrupt to the launcher (SIGINT: Ctrl-C)")
     } else if m.contains("DEATH SIGNAL") {
@@ -68,9 +81,15 @@ pub fn find<'a>(evidence: &'a JobEvidence, job: &ClassifiedJob<'a>, clock: &Cloc
         .collect();
     if let Some(&(first, who)) = lines.iter().min_by_key(|(e, _)| (e.host_time_ns(), e.line.seq)) {
         // The most specific reason any line gives (a time limit says more than "cancelled").
-        let who = lines.iter().map(|(_, w)| *w).find(|w| !w.contains("cancelled")).unwrap_or(who);
+        let who = lines
+            .iter()
+            .map(|(_, w)| *w)
+            .find(|w| *w == MEMORY_LIMIT)
+            .or_else(|| lines.iter().map(|(_, w)| *w).find(|w| !w.contains("cancelled")))
+            .unwrap_or(who);
         return Some(Cancel {
             who: who.to_string(),
+            rule: if who == MEMORY_LIMIT { "container-memory-kill" } else { STOPPED_FROM_OUTSIDE },
             at: Some(clock.aligned(first.rank, first.host_time_ns())),
             events: lines.iter().map(|(e, _)| *e).take(3).collect(),
         });
@@ -98,6 +117,7 @@ fn every_rank_signalled<'a>(evidence: &'a JobEvidence, _job: &ClassifiedJob<'a>,
         return None;
     }
     Some(Cancel {
+        rule: STOPPED_FROM_OUTSIDE,
         who: format!(
             "a signal from outside: all {} ranks were signalled within {} ms of each other (a scheduler's cancel, a preemption or an operator)",
             ranks.len(),

@@ -37,7 +37,7 @@ pub fn diagnose<'a>(
 
     let stop = cancel::find(evidence, job, clock);
     if let Some(c) = stop.as_ref().filter(|c| !cancel::failed_before(evidence, rules, job, clock, c)) {
-        let advice = rules.get("stopped-from-outside").and_then(|r| r.advice.clone());
+        let advice = rules.get(c.rule).and_then(|r| r.advice.clone());
         let line = c.events.first().map(|e| format!(": {}", first_line(&e.kind.message()).unwrap_or_else(|| e.text.clone()))).unwrap_or_default();
         return Diagnosis {
             verdict: Verdict::Failed,
@@ -48,7 +48,7 @@ pub fn diagnose<'a>(
                 confidence: if c.events.is_empty() { 0.6 } else { 0.85 },
                 aligned_ns: c.at,
                 summary: format!("no rank failed: the job was stopped from outside by {}{line}", c.who),
-                rule_id: Some("stopped-from-outside".to_string()),
+                rule_id: Some(cancel::STOPPED_FROM_OUTSIDE.to_string()),
                 advice,
                 events: c.events.clone(),
                 ordering_note: None,

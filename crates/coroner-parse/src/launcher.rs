@@ -131,6 +131,12 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
     if t.trim_start().starts_with("Primary job") && t.contains("terminated normally, but") && t.contains("returned") {
         return Some(failure(None, None, None, None, None));
     }
+    // vLLM's multiprocessing executor on a worker it lost: `Worker VllmWorkerProcess pid 143 died,
+    // exit code: -15` (a negative code is the signal).
+    if let Some(at) = t.find(" died, exit code: ").filter(|_| t.contains("Worker")) {
+        let pid = t[..at].rsplit_once(" pid ").and_then(|(_, p)| leading_u64(p));
+        return Some(failure(None, None, leading_i64(&t[at + " died, exit code: ".len()..]), None, pid));
+    }
     if let Some((rank, pid, code)) = composer_rank_end(t) {
         return Some(failure(Some(rank), None, Some(code), None, pid));
     }
@@ -376,6 +382,7 @@ mod tests {
         assert!(worker_end("Container rank 1 status running cmd ['python', 'x.py'] code 0 log log/workerlog.1").is_none());
         assert!(worker_end("RuntimeError: process 3 terminated with signal SIGKILL").is_none(), "only spawn's own exceptions");
         assert_eq!(one("ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7."), (Some(2), None, None, Some(7)));
+        assert_eq!(one("Worker VllmWorkerProcess pid 143 died, exit code: -15"), (None, None, None, Some(15)));
         assert_eq!(one("ERROR:composer.cli.launcher:Global rank 0 (PID 208865) exited with code 1"), (Some(0), None, Some(1), None));
         assert!(worker_end("Socket server crashed with exit code 1. Respawning..").is_none(), "no rank named");
         assert!(worker_end("Global rank 3 (PID 12) has still not exited; return exit code 1.").is_none());

@@ -167,3 +167,19 @@ KeyboardInterrupt\n";
     assert_eq!(f.rule.as_deref(), Some("stopped-from-outside"), "{}", f.summary);
     assert!(f.summary.contains("Ctrl-C"), "{}", f.summary);
 }
+
+/// `kubectl describe pod` pasted under a worker's log: OOMKilled is the container outgrowing its
+/// memory limit, exit code 137 alone a kill from outside; either way no rank failed first-hand
+/// (a vLLM worker's SIGTERM was the kill's echo).
+#[test]
+fn kubernetes_describe_says_the_container_was_killed() {
+    let oom = "ERROR 08-11 16:59:41 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 143 died, exit code: -15\n    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n";
+    let r = report(&[("pod.log", oom)]);
+    assert_eq!(first(&r), (Verdict::Failed, None, Some(FaultClass::Killed)));
+    let f = r.first_failure.as_ref().expect("first");
+    assert!(f.summary.contains("exceeding its memory limit"), "{}", f.summary);
+    let killed = report(&[("pod.log", &oom.replace("OOMKilled", "Error"))]);
+    let f = killed.first_failure.as_ref().expect("first");
+    assert_eq!((f.rank, f.class), (None, FaultClass::Killed), "{}", f.summary);
+    assert!(f.summary.contains("exit code 137"), "{}", f.summary);
+}
