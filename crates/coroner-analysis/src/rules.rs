@@ -259,6 +259,22 @@ mod tests {
         assert_ne!(class("error_line", "INTERNAL: RET_CHECK failure (xla/service/gpu/gpu_compiler.cc:618) dnn != nullptr"), Some(FaultClass::Segfault));
         // Host memory: Rust's allocator giving up; a TPU worker that stopped answering.
         assert_eq!(class("error_line", "memory allocation of 4194304 bytes failed"), Some(FaultClass::Killed));
+        // TPU memory as XLA words it when reserving or compiling.
+        let oom = Some(FaultClass::CudaOom);
+        assert_eq!(class("error_line", "(1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That was not possible."), oom);
+        assert_eq!(
+            class(
+                "exception",
+                "XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 21.90G of 7.48G hbm."
+            ),
+            oom
+        );
+        // A collective aborted for an unreachable peer; an RDMA completion that failed, also in a CHECK.
+        let net = Some(FaultClass::NcclError);
+        assert_eq!(class("error_line", "Aborting RingReduce with Unavailable: OS Error"), net);
+        assert_eq!(class("error_line", "BaseCollectiveExecutor::StartAbort Unavailable: OS Error"), net);
+        assert_eq!(class("error_line", "Check failed: wc->status == IBV_WC_SUCCESS RC send CQ state error: 12, 0"), net);
+        assert_eq!(class("error_line", "Check failed: s.ok() copy tensor to gpu sync"), Some(FaultClass::Segfault));
         // The closing advice of Ray's memory monitor's report, its head truncated away.
         let ray = "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory on this node";
         assert_eq!(class("error_line", ray), Some(FaultClass::Killed));

@@ -38,7 +38,9 @@ pub fn parse(s: &str) -> Option<Glog<'_>> {
     let body = after.strip_prefix(' ').unwrap_or(after);
     let mut toks = header.split_ascii_whitespace();
     let t0 = toks.next()?.as_bytes();
-    let level = if is_level(t0[0]) && (t0.len() == 1 || ((4..=5).contains(&t0.len()) && t0[1..].iter().all(u8::is_ascii_digit))) {
+    // `E0405` (MMDD; PyTorch's C++ logging drops the month's zero: `E421`), glog 0.7's
+    // `F20250821` (YYYYMMDD), or the level alone.
+    let level = if is_level(t0[0]) && (t0.len() == 1 || (matches!(t0.len(), 4 | 5 | 9) && t0[1..].iter().all(u8::is_ascii_digit))) {
         t0[0]
     } else if t0.len() == 10 && t0[4] == b'-' && t0[7] == b'-' && t0[0].is_ascii_digit() {
         // TensorFlow / Horovod: `date time: L file`

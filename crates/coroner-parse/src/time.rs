@@ -131,20 +131,22 @@ fn nearest_year(m: i64, d: i64, ns_of_day: i64, capture_ns: Nanos) -> Option<Nan
     if !valid_md(m, d) {
         return None;
     }
+    // A line is printed before it is captured (a file's time is when it was last written, or
+    // copied): the latest year that puts it no later than the capture, give or take a fast
+    // clock's [`FUTURE_SLACK_NS`]. `E0226` read in December is last February, not next.
     let y = year_of(capture_ns);
     let mut best: Option<Nanos> = None;
     for yy in [y - 1, y, y + 1] {
         let t = days_from_civil(yy, m, d).checked_mul(86_400 * NS)?.checked_add(ns_of_day)?;
-        let better = match best {
-            None => true,
-            Some(b) => (t - capture_ns).unsigned_abs() < (b - capture_ns).unsigned_abs(),
-        };
-        if better {
+        if t <= capture_ns.saturating_add(FUTURE_SLACK_NS) {
             best = Some(t);
         }
     }
     best
 }
+
+/// How far after its capture a line's printed time may be (an emitter's clock running ahead).
+const FUTURE_SLACK_NS: Nanos = 2 * 86_400 * NS;
 
 /// glog: `E1130 08:59:11.424298747` (severity letter, MMDD, space, time); PyTorch's own C++
 /// logging does not pad the month (`E421 02:05:38...` is April 21).
@@ -156,10 +158,16 @@ fn glog_time(s: &[u8], capture_ns: Nanos) -> Option<Nanos> {
     let (m, d) = match n {
         4 => (digits(s, 1, 2)?, digits(s, 3, 2)?),
         3 => (digits(s, 1, 1)?, digits(s, 2, 2)?),
+        // glog 0.7 and later: the year too, `F20250821 13:22:09.976752`.
+        8 => (digits(s, 5, 2)?, digits(s, 7, 2)?),
         _ => return None,
     };
     if s.get(1 + n) != Some(&b' ') {
         return None;
+    }
+    if n == 8 {
+        let (tod, _) = hms(s, 2 + n)?;
+        return valid_md(m, d).then(|| days_from_civil(digits(s, 1, 4)?, m, d).checked_mul(86_400 * NS)?.checked_add(tod)).flatten();
     }
     if n == 4 && m == 0 && d == 0 {
         return absl_undated(&s[2 + n..]);
@@ -281,7 +289,7 @@ mod tests {
         let cases: &[(&str, Option<Nanos>)] = &[
             ("[E1130 08:59:11.424298747 ProcessGroupNCCL.cpp:689] x", Some(at(2026, 11, 30, 8, 59, 11, 424_298_747))),
             ("E1130 09:03:42.336000 3148 torch/x.py:986] failed", Some(at(2026, 11, 30, 9, 3, 42, 336_000_000))),
-            ("[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] x", Some(at(2027, 4, 21, 2, 5, 38, 764_490_322))),
+            ("[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] x", Some(at(2026, 4, 21, 2, 5, 38, 764_490_322))),
             ("[W1130 08:58:47.665 Utils.hpp:137] w", Some(at(2026, 11, 30, 8, 58, 47, 665_000_000))),
             ("2026-11-30 08:58:51,398 INFO [rank0] train: step 4", Some(at(2026, 11, 30, 8, 58, 51, 398_000_000))),
             ("2026-11-30T08:58:51.398Z x", Some(at(2026, 11, 30, 8, 58, 51, 398_000_000))),
@@ -312,5 +320,10 @@ mod tests {
         // Captured Dec 31, printed Jan 1 (a fast clock on the emitter): the next year.
         let cap = at(2026, 12, 31, 23, 59, 58, 0);
         assert_eq!(printed_time("I0101 00:00:01.5 1 x.py:1] y", cap), Some(at(2027, 1, 1, 0, 0, 1, 500_000_000)));
+        // Read in December (a file copied today), a February line is last February's.
+        let cap = at(2026, 12, 2, 12, 0, 0, 0);
+        assert_eq!(printed_time("E0226 17:22:24.778667    5122 coredump_hook.cc:603] RAW: x", cap), Some(at(2026, 2, 26, 17, 22, 24, 778_667_000)));
+        // glog 0.7's header carries its year.
+        assert_eq!(printed_time("F20250821 13:22:09.976752 3186121 rdma_io.cc:811] Check failed", cap), Some(at(2025, 8, 21, 13, 22, 9, 976_752_000)));
     }
 }
