@@ -137,13 +137,28 @@ fn unexplained_failure(evidence: &JobEvidence) -> FirstFailure {
         [r] => r.known(),
         _ => None,
     };
+    // Reported dead with neither an exit code nor a signal (`Worker proc VllmWorker-1 died
+    // unexpectedly`) and no line of its own: it vanished, as a process killed with SIGKILL does.
+    let vanished = evidence.ends.iter().filter(|e| !e.succeeded()).all(|e| e.cause() == coroner_model::ProcessEndCause::Unknown);
+    let who = match failed.as_slice() {
+        [one] => format!("rank {one}"),
+        many => format!("ranks {}", crate::hang::join(many)),
+    };
+    let (class, summary) = if vanished {
+        (
+            FaultClass::Killed,
+            format!("{who} died without a word: no line says why, and how it ended is not reported (a process killed with SIGKILL leaves no trace)"),
+        )
+    } else {
+        (FaultClass::PythonException, format!("{who} failed, but no line says why and the order is unknown"))
+    };
     FirstFailure {
         rank: only,
-        class: FaultClass::PythonException,
+        class,
         time: None,
         host: None,
         confidence: 0.1,
-        summary: format!("ranks {} failed, but no line says why and the order is unknown", crate::hang::join(&failed)),
+        summary,
         rule: None,
         evidence: Vec::new(),
         candidates: if only.is_some() { Vec::new() } else { failed },

@@ -137,6 +137,13 @@ pub fn worker_end(t: &str) -> Option<EventKind> {
         let pid = t[..at].rsplit_once(" pid ").and_then(|(_, p)| leading_u64(p));
         return Some(failure(None, None, leading_i64(&t[at + " died, exit code: ".len()..]), None, pid));
     }
+    // vLLM's V1 executor on a worker that vanished: `Worker proc VllmWorker-1 died unexpectedly,
+    // shutting down executor.` (the index is its tensor-parallel rank; how it ended is not said).
+    if let Some(at) = t.find("Worker proc ").filter(|_| t.contains(" died unexpectedly")) {
+        let name = t[at + "Worker proc ".len()..].split_whitespace().next().unwrap_or("");
+        let index = name.rsplit_once('-').and_then(|(_, n)| n.parse::<u64>().ok());
+        return Some(failure(index, None, None, None, None));
+    }
     if let Some((rank, pid, code)) = composer_rank_end(t) {
         return Some(failure(Some(rank), None, Some(code), None, pid));
     }
@@ -383,6 +390,7 @@ mod tests {
         assert!(worker_end("RuntimeError: process 3 terminated with signal SIGKILL").is_none(), "only spawn's own exceptions");
         assert_eq!(one("ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7."), (Some(2), None, None, Some(7)));
         assert_eq!(one("Worker VllmWorkerProcess pid 143 died, exit code: -15"), (None, None, None, Some(15)));
+        assert_eq!(one("Worker proc VllmWorker-1 died unexpectedly, shutting down executor."), (Some(1), None, None, None));
         assert_eq!(one("ERROR:composer.cli.launcher:Global rank 0 (PID 208865) exited with code 1"), (Some(0), None, Some(1), None));
         assert!(worker_end("Socket server crashed with exit code 1. Respawning..").is_none(), "no rank named");
         assert!(worker_end("Global rank 3 (PID 12) has still not exited; return exit code 1.").is_none());

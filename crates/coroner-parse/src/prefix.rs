@@ -258,7 +258,25 @@ fn actor(s: &[u8]) -> Option<(u32, Option<u32>, usize)> {
     let field = |key: &str| fields.split([',', ' ']).find_map(|f| f.trim().strip_prefix(key).and_then(|v| parse_u32(v.as_bytes())));
     let pid = field("pid=")?;
     let used = close + 1 + usize::from(s.get(close + 1) == Some(&b' '));
-    Some((pid, field("rank="), used))
+    Some((pid, field("rank=").or_else(|| tensor_parallel_rank(name, fields)), used))
+}
+
+/// vLLM's worker names carry their tensor-parallel index: `(VllmWorker TP3 pid=408)`,
+/// `(Worker_TP3_EP3 pid=406)`. With tensor parallelism alone it is the worker's rank; a data- or
+/// pipeline-parallel index beside it (`Worker_DP1_TP3`) leaves the rank unknown (it depends on
+/// the sizes), as does an expert index alone.
+fn tensor_parallel_rank(name: &str, fields: &str) -> Option<u32> {
+    let mut tp = None;
+    for token in name.split('_').chain(fields.split([' ', ','])) {
+        let index = |p: &str| token.strip_prefix(p).filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if index("DP").is_some() || index("PP").is_some() {
+            return None;
+        }
+        if let Some(n) = index("TP") {
+            tp = n.parse().ok();
+        }
+    }
+    tp
 }
 
 enum BracketKind {
@@ -370,6 +388,16 @@ mod tests {
         assert_eq!(p.rest(line), b"Fatal Python error: Segmentation fault");
         let p = split_rank_prefix(b"(VllmWorker rank=2 pid=825) ERROR 10-25 13:08:43 [core.py:708] x");
         assert_eq!((p.pid, p.global_rank), (Some(825), Some(2)));
+        for (line, rank) in [
+            (&b"(VllmWorker TP3 pid=408) INFO 08-25 12:24:19 [multiproc_executor.py:520] x"[..], Some(3)),
+            (b"(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815] x", Some(3)),
+            (b"(Worker_DP1_TP3 pid=406) ERROR x", None),
+            (b"(Worker_PP1_TP0 pid=406) ERROR x", None),
+            (b"(EngineCore_0 pid=271) ERROR x", None),
+        ] {
+            let p = split_rank_prefix(line);
+            assert_eq!((p.pid.is_some(), p.global_rank), (true, rank), "{}", String::from_utf8_lossy(line));
+        }
         let line = b"vllm-1  | 2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x";
         assert_eq!(split_rank_prefix(line).rest(line), b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x");
         let line = b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x";

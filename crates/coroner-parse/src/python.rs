@@ -266,14 +266,18 @@ impl Traceback {
             }
             return;
         };
-        if self.ignored {
+        // multiprocessing's resource tracker is a helper process of its own: a traceback only
+        // through it (`KeyError: '/psm_...'` for shared memory unregistered twice) is its
+        // bookkeeping at shutdown, not the program failing.
+        let tracker = !self.frames.is_empty() && self.frames.iter().all(|f| f.file.ends_with("multiprocessing/resource_tracker.py"));
+        if self.ignored || tracker {
             let what = format!("{exc_type}: {}", first_line(&self.message));
-            out.push(self.origin.event(
-                EventKind::Warning {
-                    message: format!("an exception Python ignored (raised in a destructor or an exit callback; the process went on): {what}"),
-                },
-                self.final_text.clone(),
-            ));
+            let whose = if tracker {
+                "multiprocessing's resource tracker failed its own clean-up (a helper process; the program is not stopped by it)"
+            } else {
+                "an exception Python ignored (raised in a destructor or an exit callback; the process went on)"
+            };
+            out.push(self.origin.event(EventKind::Warning { message: format!("{whose}: {what}") }, self.final_text.clone()));
             return;
         }
         let mut specific = Vec::new();

@@ -114,3 +114,21 @@ fn an_exception_python_ignored_is_a_warning_not_a_failure() {
     ]);
     assert!(failure(&later), "{later:?}");
 }
+
+/// multiprocessing's resource tracker, a helper process, reporting shared memory unregistered
+/// twice at shutdown (field round 12b, vLLM): a warning; the same error raised in the program is
+/// a failure.
+#[test]
+fn the_resource_trackers_own_traceback_is_a_warning() {
+    let tracker = run(&[
+        "Traceback (most recent call last):",
+        "  File \"/usr/lib/python3.10/multiprocessing/resource_tracker.py\", line 209, in main",
+        "    cache[rtype].remove(name)",
+        "KeyError: '/psm_10b3d52e'",
+    ]);
+    assert!(!tracker.iter().any(|e| matches!(e.kind, EventKind::Exception { .. } | EventKind::ErrorLine { .. })), "{tracker:?}");
+    assert!(tracker.iter().any(|e| matches!(&e.kind, EventKind::Warning { message } if message.contains("resource tracker"))), "{tracker:?}");
+    let program =
+        run(&["Traceback (most recent call last):", "  File \"/srv/serve.py\", line 9, in main", "    cache.remove(name)", "KeyError: '/psm_10b3d52e'"]);
+    assert!(program.iter().any(|e| matches!(e.kind, EventKind::Exception { .. })), "{program:?}");
+}
