@@ -275,6 +275,12 @@ mod tests {
         assert_eq!(class("error_line", "BaseCollectiveExecutor::StartAbort Unavailable: OS Error"), net);
         assert_eq!(class("error_line", "Check failed: wc->status == IBV_WC_SUCCESS RC send CQ state error: 12, 0"), net);
         assert_eq!(class("error_line", "Check failed: s.ok() copy tensor to gpu sync"), Some(FaultClass::Segfault));
+        // An uncaught C++ exception aborts; the watchdog's own (DistBackendError) is its symptom.
+        assert_eq!(class("error_line", "terminate called after throwing an instance of 'std::runtime_error'"), Some(FaultClass::Segfault));
+        let watchdog = rules.classify_parts("error_line", "terminate called after throwing an instance of 'c10::DistBackendError'");
+        assert_eq!((watchdog.role, watchdog.class()), (Role::Symptom, None));
+        // A crash handler dumping core (absl's, Google's coredump hook).
+        assert_eq!(class("error_line", "RAW: Dumping core locally."), Some(FaultClass::Segfault));
         // The closing advice of Ray's memory monitor's report, its head truncated away.
         let ray = "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory on this node";
         assert_eq!(class("error_line", ray), Some(FaultClass::Killed));

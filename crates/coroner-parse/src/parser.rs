@@ -319,6 +319,18 @@ impl RankParser {
                     message: format!("{name}: an NCCL call failed with result {code} ({})", l.msg.trim()),
                 });
             }
+        } else if t.starts_with("frame #") && t.contains("WorkNCCL::checkTimeout") {
+            // A C++ stack through the watchdog's timeout check (the `what():` that names the
+            // collective cut away): the watchdog caught a collective past its timeout.
+            ks.push(EventKind::WatchdogTimeout {
+                pg: None,
+                seq: None,
+                op: "a collective".into(),
+                numel_in: None,
+                numel_out: None,
+                timeout_ms: None,
+                elapsed_ms: None,
+            });
         } else if t.starts_with(IGNORED_EXCEPTION) {
             // Python's own header for an exception it swallowed (`Exception ignored in: <function
             // X.__del__ ...>`, `Exception ignored in atexit callback: ...`): its traceback follows.

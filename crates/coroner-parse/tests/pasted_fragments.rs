@@ -132,3 +132,16 @@ fn the_resource_trackers_own_traceback_is_a_warning() {
         run(&["Traceback (most recent call last):", "  File \"/srv/serve.py\", line 9, in main", "    cache.remove(name)", "KeyError: '/psm_10b3d52e'"]);
     assert!(program.iter().any(|e| matches!(e.kind, EventKind::Exception { .. })), "{program:?}");
 }
+
+/// The watchdog's own C++ stack, its `what():` line cut away (field round 12a, Megatron): a
+/// frame in `WorkNCCL::checkTimeout` says a collective ran past its timeout; other frames say
+/// nothing.
+#[test]
+fn a_stack_through_the_watchdogs_timeout_check_is_a_collective_timeout() {
+    let evs = run(&[
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1e1 (0x7fe705ea04e1 in libtorch_cuda.so)",
+        "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x222 (0x7fe705ea81a2 in libtorch_cuda.so)",
+    ]);
+    assert!(matches!(&evs[..], [coroner_model::Event { kind: EventKind::WatchdogTimeout { seq: None, .. }, .. }]), "{evs:?}");
+    assert!(run(&["frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x222 (0x7fe705ea81a2 in libtorch_cuda.so)"]).is_empty());
+}
