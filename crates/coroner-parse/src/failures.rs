@@ -201,6 +201,12 @@ fn job_report(t: &str) -> bool {
     pid > 0 && r[pid..].starts_with(' ') && DEATHS.iter().any(|d| r[pid..].trim_start().starts_with(d))
 }
 
+/// Whether a string is an exception's line (`RendezvousConnectionError: The connection to the
+/// C10d store has failed.`): an error's type, then its message.
+pub fn is_exception_line(t: &str) -> bool {
+    exc_header(t).is_some_and(|(ty, msg)| errorish_type(ty) && !msg.is_empty())
+}
+
 /// Whether a message holds a failure phrase (used to upgrade glog warnings such as Horovod's stall).
 pub fn has_failure_phrase(t: &str) -> bool {
     strongest(t) == Some(Act::Error)

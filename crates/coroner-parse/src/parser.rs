@@ -376,6 +376,11 @@ impl RankParser {
                         let line = format!("{ty}: {msg}");
                         c10d::specific(&line, &mut ks);
                         ks.insert(0, EventKind::ErrorLine { message: line });
+                    } else if failures::is_exception_line(msg) {
+                        // An error file's JSON as torchelastic's `error_handler` logs it:
+                        // `"message": "RendezvousConnectionError: The connection to ..."`.
+                        c10d::specific(msg, &mut ks);
+                        ks.insert(0, EventKind::ErrorLine { message: msg.to_string() });
                     }
                 }
             }

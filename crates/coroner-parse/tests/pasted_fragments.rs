@@ -145,3 +145,19 @@ fn a_stack_through_the_watchdogs_timeout_check_is_a_collective_timeout() {
     assert!(matches!(&evs[..], [coroner_model::Event { kind: EventKind::WatchdogTimeout { seq: None, .. }, .. }]), "{evs:?}");
     assert!(run(&["frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x222 (0x7fe705ea81a2 in libtorch_cuda.so)"]).is_empty());
 }
+
+/// torchelastic's `error_handler` logs the error file's JSON: the exception is the value of a
+/// `"message"` key (field round 12a); a message that is no exception's line is not an error.
+#[test]
+fn an_exception_inside_an_error_files_json_is_an_error() {
+    let evs = run(&[
+        "[ERROR] 2021-09-13 22:18:26,678 error_handler: {",
+        "  \"message\": {",
+        "    \"message\": \"RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.\",",
+    ]);
+    assert!(
+        evs.iter().any(|e| matches!(&e.kind, EventKind::ErrorLine { message } if message.starts_with("RendezvousConnectionError: The connection"))),
+        "{evs:?}"
+    );
+    assert!(run(&["  \"message\": \"training finished: 3 epochs\","]).is_empty());
+}
