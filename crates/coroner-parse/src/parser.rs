@@ -77,6 +77,8 @@ pub struct RankParser {
     unhealthy_tasks: crate::coordination::UnhealthyTasks,
     /// An NCCL error code was reported since the last WARN (one event per failing call chain).
     nccl_chain: bool,
+    /// What NCCL's last WARN said: the reason of the error code its call chain returns next.
+    last_nccl_warn: String,
     /// Each process's last NCCL collective traces (`NCCL_DEBUG_SUBSYS=COLL`), emitted at the end:
     /// a job issues millions, and only the last say what a process was doing when it stopped.
     last_collectives: Vec<(u32, std::collections::VecDeque<Event>)>,
@@ -112,6 +114,7 @@ impl RankParser {
             horovod_ranks: crate::horovod::RankList::default(),
             unhealthy_tasks: crate::coordination::UnhealthyTasks::default(),
             nccl_chain: false,
+            last_nccl_warn: String::new(),
             last_collectives: Vec::new(),
             json_error: None,
             store_barrier: None,
@@ -309,14 +312,18 @@ impl RankParser {
             nccl::classify(&l, &mut self.seen_comms, &mut ks);
             if l.level == "WARN" {
                 self.nccl_chain = nccl::is_proxy_service_warn(l.msg);
-            } else if let Some(code) = nccl::return_code(&l).filter(|c| (1..=3).contains(c) && !self.nccl_chain) {
-                // A CUDA, system or internal error NCCL met itself (a remote error's own WARN
-                // and connection lines already say what the peer did).
+                self.last_nccl_warn.clear();
+                self.last_nccl_warn.push_str(clip(l.msg.trim(), 240));
+            } else if let Some(code) = nccl::return_code(&l).filter(|c| (1..=5).contains(c) && !self.nccl_chain) {
+                // A CUDA, system, internal error or a misuse (invalid argument or usage: two
+                // ranks on one GPU) NCCL met itself, its WARN just before saying what (a remote
+                // error's own WARN and connection lines already say what the peer did).
                 self.nccl_chain = true;
                 let name = nccl::result_name(code);
+                let after = if self.last_nccl_warn.is_empty() { String::new() } else { format!(" after: {}", self.last_nccl_warn) };
                 ks.push(EventKind::NcclError {
                     code: Some(name.to_string()),
-                    message: format!("{name}: an NCCL call failed with result {code} ({})", l.msg.trim()),
+                    message: format!("{name}: an NCCL call failed with result {code} ({}){after}", l.msg.trim()),
                 });
             }
         } else if t.starts_with("frame #") && t.contains("WorkNCCL::checkTimeout") {

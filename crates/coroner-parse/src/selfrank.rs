@@ -29,6 +29,7 @@ pub fn self_described(text: &str) -> Option<u32> {
         .or_else(|| t.strip_prefix("what():").and_then(|r| leading_tag(r.trim_start())))
         .or_else(|| record_tag(t))
         .or_else(|| composer_header(t))
+        .or_else(|| worker_tag(t))
         .or_else(|| first_person(t))
         .or_else(|| environment(t))
         .or_else(|| tensor_parallel_header(t))?;
@@ -98,6 +99,18 @@ fn record_tag(t: &str) -> Option<u64> {
         from = at + 1;
     }
     None
+}
+
+/// A launcher's worker tag after a record's time: `2023-02-17 22:40:24,365 (worker_7) : ...`.
+fn worker_tag(t: &str) -> Option<u64> {
+    if !t.as_bytes().first()?.is_ascii_digit() {
+        return None;
+    }
+    let head = crate::util::clip(t, 64);
+    let r = &head[head.find(" (worker")? + " (worker".len()..];
+    let r = r.strip_prefix(['_', '-']).unwrap_or(r);
+    let n = leading_u64(r)?;
+    r[r.bytes().take_while(u8::is_ascii_digit).count()..].starts_with(')').then_some(n)
 }
 
 /// Composer's console record header (llm-foundry and MosaicML examples set it up):
@@ -176,6 +189,7 @@ mod tests {
             ("RANK=7 LOCAL_RANK=3 WORLD_SIZE=16", 7),
             ("Distributed environment: MULTI_GPU  Backend: nccl Num processes: 4 Process index: 2 Local process index: 2", 2),
             ("2023-04-24 16:03:12,379: rank3[1003409][MainThread]: DEBUG: composer.utils.dist: Initializing torch.dist", 3),
+            ("2023-02-17 22:40:24,367 (worker_7) : Traceback (most recent call last):", 7),
         ] {
             assert_eq!(self_described(line), Some(want), "{line}");
         }
@@ -195,6 +209,7 @@ mod tests {
             "[3] 12",
             "2026-11-30 08:58:51,398 INFO waiting for rank 3 to join",
             "2023-04-24 16:03:12,379: rank3 is slow [12] here",
+            "2023-02-17 22:40:24,367 waiting for (worker_7 of 8) to join",
         ] {
             let got = self_described(line);
             // The first line's own tag is rank 1 (the receiver); the detector it names is not read.

@@ -161,3 +161,24 @@ fn an_exception_inside_an_error_files_json_is_an_error() {
     );
     assert!(run(&["  \"message\": \"training finished: 3 epochs\","]).is_empty());
 }
+
+/// NCCL's own WARN, then its error code climbing the call chain (`init.cc:840 -> 5`), the
+/// exception PyTorch raises on top cut from the paste (field round 13a, AzureML): an NCCL error
+/// naming the misuse (invalid usage: two ranks on one GPU), once per chain.
+#[test]
+fn an_nccl_misuse_chain_is_an_nccl_error_with_its_warning() {
+    let evs = run(&[
+        "8dbe3a:176:194 [0] init.cc:573 NCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1cb00000",
+        "8dbe3a:176:194 [0] NCCL INFO init.cc:840 -> 5",
+        "8dbe3a:176:194 [0] NCCL INFO group.cc:73 -> 5 [Async thread]",
+    ]);
+    let errors: Vec<&String> = evs
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::NcclError { message, .. } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "{evs:?}");
+    assert!(errors[0].starts_with("ncclInvalidUsage") && errors[0].contains("Duplicate GPU detected"), "{errors:?}");
+}
