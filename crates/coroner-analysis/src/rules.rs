@@ -275,6 +275,11 @@ mod tests {
         assert_eq!(class("error_line", "BaseCollectiveExecutor::StartAbort Unavailable: OS Error"), net);
         assert_eq!(class("error_line", "Check failed: wc->status == IBV_WC_SUCCESS RC send CQ state error: 12, 0"), net);
         assert_eq!(class("error_line", "Check failed: s.ok() copy tensor to gpu sync"), Some(FaultClass::Segfault));
+        // torch.distributed.checkpoint's own wording of a shape that does not fit.
+        assert_eq!(
+            class("exception", "ValueError: Size mismatch between saved torch.Size([257152, 2048]) and current: torch.Size([131661824]) for fsdp_checkpoint.model.embed_tokens.weight"),
+            Some(FaultClass::CheckpointMismatch)
+        );
         // An uncaught C++ exception aborts; the watchdog's own (DistBackendError) is its symptom.
         assert_eq!(class("error_line", "terminate called after throwing an instance of 'std::runtime_error'"), Some(FaultClass::Segfault));
         let watchdog = rules.classify_parts("error_line", "terminate called after throwing an instance of 'c10::DistBackendError'");

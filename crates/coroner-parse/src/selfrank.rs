@@ -133,9 +133,21 @@ fn first_person(t: &str) -> Option<u64> {
     if let Some(at) = t.find("OVERFLOW! Rank ") {
         return leading_u64(&t[at + "OVERFLOW! Rank ".len()..]);
     }
+    // Megatron's rerun state machine: `Unexpected result nan on rank 3 at iteration #3`.
+    if let Some(at) = t.find("Unexpected result ") {
+        let r = &t[at..];
+        if let Some(on) = r.find(" on rank ") {
+            let n = leading_u64(&r[on + " on rank ".len()..])?;
+            return r[on..].contains(" at iteration").then_some(n);
+        }
+    }
     // Megatron: `RuntimeError: Rank 2, node n, device 2, iteration 9: Unexpected result nan`,
-    // `AssertionError: Rank 3: found NaN in local grad norm`.
-    let (_, msg) = t.split_once("Error: ")?;
+    // `AssertionError: Rank 3: found NaN in local grad norm`, and the same through Python's
+    // logging header (`ERROR:megatron.core.rerun_state_machine:Rank 3, node n, ...`).
+    let msg = match t.split_once("Error: ") {
+        Some((_, msg)) => msg,
+        None => crate::pylog::pylog(t).map(|(_, m)| m)?,
+    };
     let r = msg.strip_prefix("Rank ")?;
     let n = leading_u64(r)?;
     let after = &r[r.bytes().take_while(u8::is_ascii_digit).count()..];
@@ -190,6 +202,8 @@ mod tests {
             ("Distributed environment: MULTI_GPU  Backend: nccl Num processes: 4 Process index: 2 Local process index: 2", 2),
             ("2023-04-24 16:03:12,379: rank3[1003409][MainThread]: DEBUG: composer.utils.dist: Initializing torch.dist", 3),
             ("2023-02-17 22:40:24,367 (worker_7) : Traceback (most recent call last):", 7),
+            ("ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 3 at iteration #3 invocation #2 (message='found NaN')", 3),
+            ("ERROR:megatron.core.rerun_state_machine:Rank 3, node n1, device 3, iteration #3: First rerun", 3),
         ] {
             assert_eq!(self_described(line), Some(want), "{line}");
         }
