@@ -8,6 +8,7 @@
 //! `The following tasks are unhealthy (stopped sending heartbeats):`.
 
 use coroner_model::{EventKind, PeerRef, Rank, COORDINATION_TRANSPORT};
+use std::sync::LazyLock;
 
 /// What the coordination service says after the task's name when the task's process went away.
 const WENT_AWAY: [&str; 2] = [" has been set to ERROR in coordination service", " unexpectedly tried to connect with a different incarnation"];
@@ -30,9 +31,12 @@ pub struct UnhealthyTasks {
     listing: bool,
 }
 
+/// The header, searched for on every line: compiled once.
+static UNHEALTHY_FINDER: LazyLock<memchr::memmem::Finder<'static>> = LazyLock::new(|| memchr::memmem::Finder::new(UNHEALTHY));
+
 impl UnhealthyTasks {
     pub fn observe(&mut self, text: &str, out: &mut Vec<EventKind>) {
-        if let Some(at) = text.find(UNHEALTHY) {
+        if let Some(at) = UNHEALTHY_FINDER.find(text.as_bytes()) {
             self.listing = true;
             listed(&text[at + UNHEALTHY.len()..], out);
         } else if self.listing {

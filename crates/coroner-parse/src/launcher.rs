@@ -5,7 +5,30 @@
 //! `failure_table.rs`, Slurm's and Kubernetes' lines in `scheduler.rs`.
 
 use crate::util::{inum_after, leading_i64, leading_u64, num_after};
+use aho_corasick::AhoCorasick;
 use coroner_model::{EventKind, LauncherFailure, Rank};
+use std::sync::LazyLock;
+
+/// The words at least one of which every report [`worker_end`] reads holds.
+static REPORT_WORDS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+    AhoCorasick::new([
+        "exits with return code =",
+        "CalledProcessError",
+        "noticed that process rank ",
+        " died, exit code: ",
+        "Worker proc ",
+        " crashed with exit code ",
+        "Global rank ",
+        "exitcode",
+        "Primary job",
+        "Container rank ",
+        "-- Process ",
+        "Exception: process ",
+        "signaled to shutdown with signal ",
+        "Shard ",
+    ])
+    .ok()
+});
 
 /// Where launchers' own code lives, their entry scripts included: a traceback through it is the
 /// launcher's.
@@ -81,6 +104,10 @@ pub fn classify_body(body: &str, out: &mut Vec<EventKind>) -> bool {
 ///   `Exception: process 1 ...`), `process 0 terminated with exit code 1`, and the header of a
 ///   worker's relayed traceback, `-- Process 2 terminated with the following error:`.
 pub fn worker_end(t: &str) -> Option<EventKind> {
+    // Every line of every rank comes here: one scan for all the reports' words first.
+    if !REPORT_WORDS.as_ref().is_none_or(|ac| ac.is_match(t)) {
+        return None;
+    }
     let failure = |global: Option<u64>, local: Option<u64>, code: Option<i64>, signal: Option<i64>, pid: Option<u64>| {
         let (exit_code, sig) = split_code(code.and_then(|c| i32::try_from(c).ok()));
         EventKind::LauncherWorkerFailed(LauncherFailure {
