@@ -208,7 +208,7 @@ pub fn diagnose<'a>(
         };
     }
 
-    if let Some(s) = launcher_stop::find(evidence) {
+    if let Some(s) = launcher_stop::find(evidence, rules) {
         let aligned = s.events.first().map(|e| clock.aligned(e.rank, e.capture_ns));
         return Diagnosis {
             verdict: Verdict::Failed,

@@ -275,6 +275,17 @@ mod tests {
         assert_eq!(class("error_line", "BaseCollectiveExecutor::StartAbort Unavailable: OS Error"), net);
         assert_eq!(class("error_line", "Check failed: wc->status == IBV_WC_SUCCESS RC send CQ state error: 12, 0"), net);
         assert_eq!(class("error_line", "Check failed: s.ok() copy tensor to gpu sync"), Some(FaultClass::Segfault));
+        // TensorFlow: a collective past its deadline is a symptom, its gRPC server's refusal to
+        // stop cleanly at exit is noise; an MPI call that failed is the communication layer.
+        assert_eq!(rules.classify_parts("error_line", "BaseCollectiveExecutor::StartAbort DEADLINE_EXCEEDED: Deadline Exceeded").role, Role::Symptom);
+        assert_eq!(
+            rules.classify_parts("error_line", "Non-OK-status: Stop() status: UNIMPLEMENTED: Clean shutdown is not currently implemented").role,
+            Role::Noise
+        );
+        assert_eq!(
+            class("error_line", "tensorrt_llm::common::TllmException: [TensorRT-LLM][ERROR] Assertion failed: Failed: MPI error mpiUtils.cpp:211 '6'"),
+            net
+        );
         // torch.distributed.checkpoint's own wording of a shape that does not fit.
         assert_eq!(
             class("exception", "ValueError: Size mismatch between saved torch.Size([257152, 2048]) and current: torch.Size([131661824]) for fsdp_checkpoint.model.embed_tokens.weight"),

@@ -216,8 +216,27 @@ pub fn has_failure_phrase(t: &str) -> bool {
 /// `BaseCollectiveExecutor::StartAbort Invalid argument: var and grad do not have the same shape`.
 /// `Out of range` (the end of a dataset) and `Cancelled` are how a normal epoch or shutdown ends.
 pub fn collective_abort(body: &str) -> bool {
-    const FAILING: [&str; 8] =
-        ["Invalid argument", "Resource exhausted", "Internal", "Unavailable", "Failed precondition", "Unknown", "Not found", "Data loss"];
+    // TensorFlow's status codes in its older words and in absl's (`DEADLINE_EXCEEDED`).
+    const FAILING: [&str; 18] = [
+        "Invalid argument",
+        "Resource exhausted",
+        "Internal",
+        "Unavailable",
+        "Failed precondition",
+        "Unknown",
+        "Not found",
+        "Data loss",
+        "Deadline exceeded",
+        "INVALID_ARGUMENT",
+        "RESOURCE_EXHAUSTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "FAILED_PRECONDITION",
+        "UNKNOWN",
+        "NOT_FOUND",
+        "DATA_LOSS",
+        "DEADLINE_EXCEEDED",
+    ];
     body.find("StartAbort ").is_some_and(|at| {
         let status = &body[at + "StartAbort ".len()..];
         FAILING.iter().any(|c| status.starts_with(c) && status[c.len()..].starts_with(':'))
@@ -356,6 +375,8 @@ mod tests {
         assert!(collective_abort("BaseCollectiveExecutor::StartAbort Invalid argument: var and grad do not have the same shape[2,1536] [512,1536]"));
         assert!(collective_abort("BaseCollectiveExecutor::StartAbort Resource exhausted: OOM when allocating tensor"));
         assert!(!collective_abort("BaseCollectiveExecutor::StartAbort Out of range: End of sequence"));
+        assert!(collective_abort("BaseCollectiveExecutor::StartAbort DEADLINE_EXCEEDED: Deadline Exceeded"));
+        assert!(!collective_abort("BaseCollectiveExecutor::StartAbort OUT_OF_RANGE: End of sequence"));
         assert!(!collective_abort("BaseCollectiveExecutor::StartAbort Cancelled: [_Derived_]Cancelled"));
         assert!(!collective_abort("Invalid argument: no abort here"));
     }

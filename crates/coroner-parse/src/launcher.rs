@@ -261,6 +261,12 @@ fn spawn_process_end(t: &str) -> Option<(u64, Option<i64>, Option<i64>)> {
     Some((index, leading_i64(code), None))
 }
 
+/// The first line of a DeepSpeed launcher report the terminal wrapped: the worker's command
+/// starts, its end (`exits with return code = N`) comes on a later line ([`WrappedReport`]).
+pub fn wrapped_report_head(t: &str) -> bool {
+    t.contains("sigkill_handler] [") && !t.contains("exits with return code")
+}
+
 /// DeepSpeed's launcher report of a worker's end wrapped over several lines (the worker's whole
 /// argv, long enough for a terminal or a paste to break it): `[launch.py:320:sigkill_handler]
 /// ['/opt/conda/bin/python', '-u', 'train.py', '--local_rank=1', ...` on one line and `...] exits
@@ -279,7 +285,7 @@ impl WrappedReport {
     /// Reads one line; pushes the worker's end when a wrapped report completes on it.
     pub fn observe(&mut self, t: &str, out: &mut Vec<EventKind>) {
         if self.lines == 0 {
-            if t.contains("sigkill_handler] [") && !t.contains("exits with return code") {
+            if wrapped_report_head(t) {
                 self.text = t.to_string();
                 self.lines = 1;
             }

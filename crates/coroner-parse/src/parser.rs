@@ -90,6 +90,8 @@ pub struct RankParser {
     /// The divergence the numerics tracker holds (`Numerics::held`), as the event of the line
     /// that made it: reported at the end unless it is confirmed or cleared first.
     held_divergence: Option<Event>,
+    /// The line count at the watchdog's last `taking the entire process down`.
+    watchdog_abort_at: Option<u64>,
     /// The line count at Python's last `Exception ignored in: ...`: the traceback right after it
     /// is one the interpreter swallowed.
     ignored_exception_at: Option<u64>,
@@ -119,6 +121,7 @@ impl RankParser {
             json_error: None,
             store_barrier: None,
             ignored_exception_at: None,
+            watchdog_abort_at: None,
             held_divergence: None,
         }
     }
@@ -356,7 +359,7 @@ impl RankParser {
                 match level {
                     // A launcher's report of a worker's end (`ERROR:composer.cli.launcher:Rank 2
                     // crashed with exit code -7.`) is read as that worker's end above.
-                    pylog::Level::Error if launcher::worker_end(msg).is_some() => {}
+                    pylog::Level::Error if launcher::worker_end(msg).is_some() || launcher::wrapped_report_head(msg) => {}
                     pylog::Level::Error => {
                         ks.push(EventKind::ErrorLine { message: msg.trim_end().to_string() });
                         c10d::specific(msg, &mut ks);
@@ -406,6 +409,9 @@ impl RankParser {
         } else if let Some(step) = steps::step(t) {
             ks.push(EventKind::Step { step });
         }
+        if ks.iter().any(|k| matches!(k, EventKind::WatchdogAbort { .. })) {
+            self.watchdog_abort_at = Some(self.lines);
+        }
         ks.retain(|k| self.fresh(k));
         if !ks.is_empty() {
             let origin = ctx.origin();
@@ -448,7 +454,13 @@ impl RankParser {
                 FailureTable::start(ctx).map(Block::Table)
             }
             b'E' => CppFrames::start(ctx).map(Block::Cpp),
-            b't' => Terminate::start(ctx).map(Block::Terminate),
+            b't' => Terminate::start(ctx).map(|mut t| {
+                // Right after ProcessGroupNCCL's watchdog said it is taking the process down: the
+                // abort is the watchdog's, whatever type it threw (`std::runtime_error` in older
+                // releases).
+                t.watchdogs = self.watchdog_abort_at.is_some_and(|at| self.lines.saturating_sub(at) <= 4);
+                Block::Terminate(t)
+            }),
             b'R' => FailureTable::start(ctx).map(Block::Table),
             _ => {
                 let (b, msg) = PyWarning::start(ctx)?;

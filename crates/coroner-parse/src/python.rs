@@ -282,6 +282,12 @@ impl Traceback {
         }
         let mut specific = Vec::new();
         c10d::specific(&self.message, &mut specific);
+        // The monitor's report of who never reached a monitored barrier, raised as an exception
+        // (`RuntimeError: [Rank 0]: Ranks 6 failed to pass monitoredBarrier in 180000 ms`): the
+        // ranks it names stalled; the rank that raised it only watched.
+        if let Some(crate::barrier::Barrier::Stall(k)) = crate::barrier::read(&self.message) {
+            specific.push(k);
+        }
         // Raised inside `load_state_dict`: whatever its words (an old PyTorch's `inconsistent
         // tensor size`, a caught-and-rethrown error), the checkpoint did not fit the model.
         if self.frames.iter().any(|f| matches!(f.function.as_str(), "load_state_dict" | "_load_from_state_dict")) {
@@ -437,19 +443,24 @@ impl PyWarning {
     }
 }
 
+/// What a `terminate` line's event adds when the watchdog had just announced the abort.
+const WATCHDOGS_ABORT: &str = "(the watchdog taking the process down)";
+
 /// `terminate called after throwing an instance of 'T'` then `  what():  message`.
 #[derive(Debug, Clone)]
 pub(crate) struct Terminate {
     origin: Origin,
     text: String,
     exc_type: String,
+    /// Thrown right after ProcessGroupNCCL's watchdog said it takes the process down.
+    pub(crate) watchdogs: bool,
 }
 
 impl Terminate {
     pub(crate) fn start(ctx: &Ctx<'_>) -> Option<Self> {
         let r = ctx.text.strip_prefix("terminate called after throwing an instance of ")?;
         let exc_type = r.trim().trim_matches('\'').to_string();
-        Some(Terminate { origin: ctx.origin(), text: ctx.text.to_string(), exc_type })
+        Some(Terminate { origin: ctx.origin(), text: ctx.text.to_string(), exc_type, watchdogs: false })
     }
 
     /// Emits on the `what():` line (consumed) or on any other line (not consumed).
@@ -468,7 +479,8 @@ impl Terminate {
     }
 
     pub(crate) fn flush(&self, out: &mut Vec<Event>) {
-        out.push(self.origin.event(EventKind::ErrorLine { message: self.text.clone() }, self.text.clone()));
+        let message = if self.watchdogs { format!("{} {WATCHDOGS_ABORT}", self.text) } else { self.text.clone() };
+        out.push(self.origin.event(EventKind::ErrorLine { message }, self.text.clone()));
     }
 }
 

@@ -182,3 +182,24 @@ fn an_nccl_misuse_chain_is_an_nccl_error_with_its_warning() {
     assert_eq!(errors.len(), 1, "{evs:?}");
     assert!(errors[0].starts_with("ncclInvalidUsage") && errors[0].contains("Duplicate GPU detected"), "{errors:?}");
 }
+
+/// The watchdog announces the abort, then the C++ runtime's `terminate` line, its `what():` cut
+/// (field round 14b, TGI): the terminate is the watchdog's; far from such a line it is not.
+#[test]
+fn a_terminate_right_after_the_watchdogs_announcement_is_the_watchdogs() {
+    let message = |evs: &[coroner_model::Event]| {
+        evs.iter()
+            .find_map(|e| match &e.kind {
+                EventKind::ErrorLine { message } if message.starts_with("terminate called") => Some(message.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    let evs = run(&[
+        "[E ProcessGroupNCCL.cpp:460] To avoid data inconsistency, we are taking the entire process down.",
+        "terminate called after throwing an instance of 'std::runtime_error'",
+    ]);
+    assert!(message(&evs).ends_with("(the watchdog taking the process down)"), "{evs:?}");
+    let alone = run(&["terminate called after throwing an instance of 'std::runtime_error'"]);
+    assert_eq!(message(&alone), "terminate called after throwing an instance of 'std::runtime_error'");
+}

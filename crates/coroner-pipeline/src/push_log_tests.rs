@@ -183,3 +183,15 @@ fn kubernetes_describe_says_the_container_was_killed() {
     assert_eq!((f.rank, f.class), (None, FaultClass::Killed), "{}", f.summary);
     assert!(f.summary.contains("exit code 137"), "{}", f.summary);
 }
+
+/// A log pasted as an indented code block: every line starts with the same spaces, taken off
+/// before anything reads it (field round 14a); a log whose lines are not all indented keeps them.
+#[test]
+fn a_log_pasted_as_an_indented_block_is_read_without_its_indent() {
+    let log = "    E0816 01:45:43.466000 140650667333440 torch/distributed/elastic/multiprocessing/api.py:833] failed (exitcode: -9) local_rank: 7 (pid: 340264) of binary: python3\n    Traceback (most recent call last):\n      File \"run.py\", line 3, in <module>\n";
+    let r = report(&[("pasted.log", log)]);
+    assert_eq!(first(&r).1, Some(7), "{:?}", r.first_failure);
+    assert!(r.notes.iter().any(|n| n.contains("indented by 4 spaces")), "{:?}", r.notes);
+    let mixed = report(&[("mixed.log", "step 1 loss 2.0\n    continued\n")]);
+    assert!(!mixed.notes.iter().any(|n| n.contains("indented by")), "{:?}", mixed.notes);
+}

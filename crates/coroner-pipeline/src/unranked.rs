@@ -48,6 +48,8 @@ pub(crate) struct OpenLog {
     /// The rank whose captured output a launcher is relaying, between its markers
     /// (`coroner_parse::launcher::Relayed`): the unprefixed lines there are that rank's.
     relayed: Option<Rank>,
+    /// Spaces every line of the log starts with, taken off before anything reads it.
+    dedent: usize,
 }
 
 impl JobPipeline {
@@ -99,17 +101,25 @@ impl JobPipeline {
             self.add_note(format!("{source}: hard-wrapped at {w} columns (most lines are exactly {w} characters, none longer): a line of that width is read joined with the line after it"));
             Rejoin::new(w)
         });
+        let dedent = survey.common_indent();
+        if dedent > 0 {
+            self.add_note(format!("{source}: every line is indented by {dedent} spaces (a log pasted as a code block): read without them"));
+        }
         self.open_log =
-            Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new(), rejoin, stamps: StampLines::default(), relayed: None });
+            Some(OpenLog { source: source.to_string(), own, per_line, actors: BTreeMap::new(), rejoin, stamps: StampLines::default(), relayed: None, dedent });
     }
 
     /// One line of the log [`JobPipeline::begin_log`] opened (a line given with no log open is
     /// filed as [`JobPipeline::push_line`] files it).
-    pub fn push_log_line(&mut self, line: LogLine) {
+    pub fn push_log_line(&mut self, mut line: LogLine) {
         let Some(log) = self.open_log.as_mut() else {
             self.push_line(line);
             return;
         };
+        if log.dedent > 0 {
+            let n = line.bytes.iter().take(log.dedent).take_while(|b| **b == b' ').count();
+            line.bytes.drain(..n);
+        }
         let whole = match log.rejoin.as_mut() {
             Some(r) => r.push(line),
             None => Some(line),
@@ -238,6 +248,8 @@ pub struct LogSurvey {
     prefixed: usize,
     named: BTreeSet<u32>,
     widths: Widths,
+    /// The indentation every non-blank line shares (a log pasted as an indented code block).
+    indent: Option<usize>,
 }
 
 impl LogSurvey {
@@ -248,6 +260,8 @@ impl LogSurvey {
             return;
         }
         self.nonblank += 1;
+        let spaces = line.iter().take_while(|b| **b == b' ').count();
+        self.indent = Some(self.indent.map_or(spaces, |i| i.min(spaces)));
         self.widths.see(&text);
         let p = split_rank_prefix(text.as_bytes());
         let rest = String::from_utf8_lossy(p.rest(text.as_bytes()));
@@ -261,6 +275,11 @@ impl LogSurvey {
                 }
             }
         }
+    }
+
+    /// The indentation to take off every line: what all of two or more non-blank lines share.
+    fn common_indent(&self) -> usize {
+        self.indent.filter(|_| self.nonblank >= 2).unwrap_or(0)
     }
 
     /// How the log is filed (pure; see the module doc).
