@@ -266,15 +266,7 @@ mod tests {
             line: LineRef { stream: Stream::Stderr, seq: u64::from(rank) },
             capture_ns: 9_000_000_000_000,
             printed_ns: Some(printed),
-            kind: EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure {
-                global_rank: Some(Rank(rank)),
-                local_rank: None,
-                exit_code,
-                signal,
-                pid: None,
-                host: None,
-                root_cause_row: false,
-            }),
+            kind: EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure::of_rank(Rank(rank), exit_code, signal)),
             text: "exitcode  : ...".into(),
         }
     }

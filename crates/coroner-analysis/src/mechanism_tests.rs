@@ -199,15 +199,7 @@ fn a_tasks_own_exit_before_the_step_is_cancelled_is_the_first_failure() {
         text: text.into(),
     };
     let failed = |rank: u32, exit_code: Option<i32>, signal: Option<i32>| {
-        EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure {
-            global_rank: Some(Rank(rank)),
-            local_rank: None,
-            exit_code,
-            signal,
-            pid: None,
-            host: None,
-            root_cause_row: false,
-        })
+        EventKind::LauncherWorkerFailed(coroner_model::LauncherFailure::of_rank(Rank(rank), exit_code, signal))
     };
     ev.unowned.push(unowned(1, failed(2, Some(1), None), "srun: error: n1: task 2: Exited with exit code 1", None));
     let banner = "slurmstepd: error: *** STEP 5.0 ON n1 CANCELLED AT 2026-01-01T00:00:00 ***";

@@ -75,6 +75,14 @@ pub struct LauncherFailure {
     pub root_cause_row: bool,
 }
 
+impl LauncherFailure {
+    /// A launcher's report that global rank `rank` ended with an exit code or a signal, and no
+    /// more (srun's `task 3: Killed`, a failure table's row read by rank).
+    pub fn of_rank(rank: Rank, exit_code: Option<i32>, signal: Option<i32>) -> LauncherFailure {
+        LauncherFailure { global_rank: Some(rank), local_rank: None, exit_code, signal, pid: None, host: None, root_cause_row: false }
+    }
+}
+
 /// How a [`EventKind::Stall`] read from ProcessGroupNCCL's desync report names its op (the parser
 /// writes it, the analysis says where the stall was read).
 pub const DESYNC_REPORT_OP: &str = "desync report";

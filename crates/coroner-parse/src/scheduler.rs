@@ -90,20 +90,7 @@ pub fn srun_task_ends(t: &str) -> Vec<EventKind> {
         }
         ranks.extend(a..=b);
     }
-    ranks
-        .into_iter()
-        .map(|r| {
-            EventKind::LauncherWorkerFailed(LauncherFailure {
-                global_rank: Some(Rank(r)),
-                local_rank: None,
-                exit_code,
-                signal,
-                pid: None,
-                host: None,
-                root_cause_row: false,
-            })
-        })
-        .collect()
+    ranks.into_iter().map(|r| EventKind::LauncherWorkerFailed(LauncherFailure::of_rank(Rank(r), exit_code, signal))).collect()
 }
 
 /// srun cleaning up after a task failed on its own: once a task exited with an error code (or
