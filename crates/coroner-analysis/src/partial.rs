@@ -114,7 +114,8 @@ fn named_peer<'a, 'b>(evidence: &JobEvidence, symptoms: &'b [(Rank, &'b Classifi
 /// A launcher's report that a worker failed (or that it stopped the others): it says a worker
 /// ended, which the process ends already tell, not that a peer hung up or a wait ran out.
 fn from_a_launcher(c: &Classified<'_>) -> bool {
-    matches!(c.event.kind, EventKind::LauncherWorkerFailed(_) | EventKind::LauncherSignal { .. }) || c.rule.is_some_and(|r| r.id == "launcher-child-failed")
+    matches!(c.event.kind, EventKind::LauncherWorkerFailed(_) | EventKind::LauncherSignal { .. })
+        || c.rule.is_some_and(|r| r.id == "launcher-child-failed" || r.id == "launcher-own-traceback")
 }
 
 /// `ALLREDUCE seq 80078 of PG 0`, from the rank's watchdog report.

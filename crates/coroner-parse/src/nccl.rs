@@ -134,8 +134,10 @@ pub fn classify(l: &NcclLine<'_>, seen_comms: &mut Vec<String>, out: &mut Vec<Ev
                 });
             }
         } else if let Some(r) = m.strip_prefix("[Service thread] Connection closed by localRank ") {
-            // `localRank -1` names no peer: the proxy thread's own shutdown at teardown.
-            if !r.starts_with('-') {
+            // `localRank -1` names no peer, and the line's own device its own connection: the
+            // proxy thread's shutdown at teardown (`[2] ... Connection closed by localRank 2`).
+            let own = r.split_whitespace().next() == Some(l.dev.trim());
+            if !r.starts_with('-') && !own {
                 let peer = leading_u64(r).and_then(|v| u32::try_from(v).ok()).map(PeerRef::LocalRank);
                 out.push(EventKind::ConnectionClosed { peer, transport: "nccl".into() });
             }

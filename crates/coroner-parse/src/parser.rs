@@ -400,6 +400,9 @@ impl RankParser {
             ks.push(k);
         } else if self.lines.saturating_sub(self.last_bare_at) < DEDUP_WINDOW && same_template(t, &self.last_bare) {
             self.last_bare_at = self.lines;
+        } else if launcher::classify_body(t, &mut ks) {
+            // torchrun's report with its logger's header cut off (a paste from mid-line:
+            // `torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: -9) ...`).
         } else if failures::bare(t, &mut ks) {
             if matches!(ks.first(), Some(EventKind::ErrorLine { .. })) {
                 self.last_bare.clear();

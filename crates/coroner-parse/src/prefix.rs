@@ -43,6 +43,11 @@ pub fn split_rank_prefix(line: &[u8]) -> RankPrefix {
             p.len += used;
             continue;
         }
+        if let Some((value, used)) = rank_field(rest) {
+            p.global_rank = p.global_rank.or(Some(value));
+            p.len += used;
+            continue;
+        }
         if let Some((kind, value, used)) = bracket_prefix(rest) {
             match kind {
                 BracketKind::Rank => p.global_rank = p.global_rank.or(Some(value)),
@@ -74,6 +79,10 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if s.starts_with(b"\x1b[") {
         let end = s.iter().skip(2).take(16).position(|b| b.is_ascii_alphabetic())? + 3;
         return Some(end + usize::from(s.get(end) == Some(&b' ') && !at_start));
+    }
+    // Determined's empty container field before a task's rank: `[] [rank=0] ...`.
+    if s.starts_with(b"[] [rank=") {
+        return Some(3);
     }
     if !at_start {
         return None;
@@ -322,6 +331,17 @@ fn bracket_prefix(s: &[u8]) -> Option<(BracketKind, u32, usize)> {
     Some((kind, value, close + 2))
 }
 
+/// Determined's task log: `[rank=0] text`, the rank as a key and value.
+fn rank_field(s: &[u8]) -> Option<(u32, usize)> {
+    let r = s.strip_prefix(b"[rank=")?;
+    let digits = r.iter().take(7).take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || r.get(digits) != Some(&b']') {
+        return None;
+    }
+    let used = "[rank=".len() + digits + 1;
+    Some((parse_u32(&r[..digits])?, used + usize::from(s.get(used) == Some(&b' '))))
+}
+
 /// `srun --label`: `12: text`. Only digits, then `: `.
 fn srun_label(s: &[u8]) -> Option<(u32, usize)> {
     let digits = s.iter().take(7).take_while(|b| b.is_ascii_digit()).count();
@@ -402,6 +422,9 @@ mod tests {
         assert_eq!(split_rank_prefix(line).rest(line), b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x");
         let line = b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x";
         assert_eq!(split_rank_prefix(line).rest(line), b"INFO 04-06 00:55:21 [llm_engine.py:447] x");
+        let line = b"> [] [rank=0] RuntimeError: CUDA out of memory.";
+        let p = split_rank_prefix(line);
+        assert_eq!((p.global_rank, p.rest(line)), (Some(0), &b"RuntimeError: CUDA out of memory."[..]));
         let line = b"^CWARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, shutting down workers";
         assert_eq!(split_rank_prefix(line).rest(line), &line[2..]);
         assert_eq!(split_rank_prefix(b"^C").len, 0, "a bare echo stays a line");

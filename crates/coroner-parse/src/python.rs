@@ -269,11 +269,14 @@ impl Traceback {
         // multiprocessing's resource tracker is a helper process of its own: a traceback only
         // through it (`KeyError: '/psm_...'` for shared memory unregistered twice) is its
         // bookkeeping at shutdown, not the program failing.
-        let tracker = !self.frames.is_empty() && self.frames.iter().all(|f| f.file.ends_with("multiprocessing/resource_tracker.py"));
+        let tracker = !self.frames.is_empty() && self.frames.iter().all(|f| f.file.ends_with("multiprocessing/resource_tracker.py"))
+            // Likewise a queue's feeder thread (`_feed` in multiprocessing/queues.py) whose pipe's
+            // reader left: Python prints it and the process goes on (`BrokenPipeError`).
+            || self.frames.first().is_some_and(|f| f.function == "_feed") && self.frames.iter().all(|f| f.file.contains("multiprocessing/"));
         if self.ignored || tracker {
             let what = format!("{exc_type}: {}", first_line(&self.message));
             let whose = if tracker {
-                "multiprocessing's resource tracker failed its own clean-up (a helper process; the program is not stopped by it)"
+                "multiprocessing's helper (its resource tracker, a queue's feeder thread) failed its own clean-up; the program is not stopped by it"
             } else {
                 "an exception Python ignored (raised in a destructor or an exit callback; the process went on)"
             };

@@ -203,3 +203,23 @@ fn a_terminate_right_after_the_watchdogs_announcement_is_the_watchdogs() {
     let alone = run(&["terminate called after throwing an instance of 'std::runtime_error'"]);
     assert_eq!(message(&alone), "terminate called after throwing an instance of 'std::runtime_error'");
 }
+
+/// Field round 15a: a queue's feeder thread losing its pipe is a warning; NCCL's proxy thread
+/// closing the line's own local rank at teardown names no peer (another local rank still does);
+/// torchrun's report with its logger's header cut off still names its worker.
+#[test]
+fn teardown_noise_and_a_headless_launcher_report() {
+    let feeder = run(&[
+        "Traceback (most recent call last):",
+        "  File \"/usr/lib/python3.8/multiprocessing/queues.py\", line 245, in _feed",
+        "    send_bytes(obj)",
+        "  File \"/usr/lib/python3.8/multiprocessing/connection.py\", line 200, in send_bytes",
+        "BrokenPipeError: [Errno 32] Broken pipe",
+    ]);
+    assert!(!feeder.iter().any(|e| matches!(e.kind, EventKind::Exception { .. } | EventKind::ErrorLine { .. })), "{feeder:?}");
+    let closed = |line: &str| run(&[line]).iter().any(|e| matches!(e.kind, EventKind::ConnectionClosed { .. }));
+    assert!(!closed("gcn66:1772561:1773212 [2] NCCL INFO [Service thread] Connection closed by localRank 2"));
+    assert!(closed("gcn66:1772561:1773212 [2] NCCL INFO [Service thread] Connection closed by localRank 5"));
+    let headless = run(&["torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: -9) local_rank: 0 (pid: 1322) of binary: /usr/bin/python"]);
+    assert!(headless.iter().any(|e| matches!(&e.kind, EventKind::LauncherWorkerFailed(f) if f.local_rank == Some(0) && f.signal == Some(9))), "{headless:?}");
+}
