@@ -295,6 +295,11 @@ mod tests {
         assert_eq!(class("error_line", "terminate called after throwing an instance of 'std::runtime_error'"), Some(FaultClass::Segfault));
         let watchdog = rules.classify_parts("error_line", "terminate called after throwing an instance of 'c10::DistBackendError'");
         assert_eq!((watchdog.role, watchdog.class()), (Role::Symptom, None));
+        // CUDA's error 802: the NVSwitch fabric (its manager) not ready.
+        assert_eq!(
+            class("exception", "RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized"),
+            Some(FaultClass::GpuHardware)
+        );
         // A crash handler dumping core (absl's, Google's coredump hook).
         assert_eq!(class("error_line", "RAW: Dumping core locally."), Some(FaultClass::Segfault));
         // The closing advice of Ray's memory monitor's report, its head truncated away.

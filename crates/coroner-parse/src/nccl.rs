@@ -66,35 +66,64 @@ pub fn split(s: &str) -> Option<NcclLine<'_>> {
         i = n;
     }
     let start = i;
-    // host: up to the first ':' (no spaces)
+    // `host:pid:tid`, or the host alone (newer NCCL after its own `[date time]`).
     let lim = b.len().min(start + 300);
-    let c1 = start + memchr::memchr(b':', &b[start..lim])?;
-    if c1 == start || b[start..c1].contains(&b' ') {
+    let word_end = start + memchr::memchr(b' ', &b[start..lim])?;
+    let (host_end, pid, tid) = match memchr::memchr(b':', &b[start..word_end]) {
+        Some(c) => {
+            let c1 = start + c;
+            let (pid, n1) = digits(&b[c1 + 1..])?;
+            if b.get(c1 + 1 + n1) != Some(&b':') {
+                return None;
+            }
+            let (tid, n2) = digits(&b[c1 + 2 + n1..])?;
+            if c1 + 2 + n1 + n2 != word_end {
+                return None;
+            }
+            (c1, pid, tid)
+        }
+        None => (word_end, 0, 0),
+    };
+    if host_end == start {
         return None;
     }
-    let (pid, n1) = digits(&b[c1 + 1..])?;
-    if b.get(c1 + 1 + n1) != Some(&b':') {
-        return None;
-    }
-    let (tid, n2) = digits(&b[c1 + 2 + n1..])?;
-    let mut j = c1 + 2 + n1 + n2;
-    if b.get(j) != Some(&b' ') || b.get(j + 1) != Some(&b'[') {
+    let mut j = word_end;
+    if b.get(j + 1) != Some(&b'[') {
         return None;
     }
     let close = j + 1 + memchr::memchr(b']', &b[j + 1..b.len().min(j + 16)])?;
     let dev = s.get(j + 2..close)?;
+    if dev.is_empty() || !dev.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
     j = close + 1;
-    // Optional `file.cc:123 ` before `NCCL `.
+    // Optional `file.cc:123 ` before `NCCL LEVEL`; NCCL 2.2-2.3 wrote the level alone
+    // (`include/socket.h:360 WARN Call to connect failed`).
     let window = &b[j..b.len().min(j + 120)];
-    let k = j + memchr::memmem::find(window, b"NCCL ")?;
-    let after = s.get(k + 5..)?;
-    let sp = after.find(' ').unwrap_or(after.len());
-    let level = &after[..sp];
+    let (level, msg) = match memchr::memmem::find(window, b"NCCL ") {
+        Some(k) => {
+            let after = s.get(j + k + 5..)?;
+            let sp = after.find(' ').unwrap_or(after.len());
+            (&after[..sp], after.get(sp + 1..).unwrap_or(""))
+        }
+        // The bare level only with the full `host:pid:tid` identity: `word [0] WARN ...` alone
+        // is too common a shape to be NCCL's.
+        None if host_end == word_end => return None,
+        None => {
+            let mut words = s.get(j..)?.trim_start().splitn(3, ' ');
+            let first = words.next()?;
+            let (level, rest) = if first.contains(':') {
+                (words.next()?, words.next().unwrap_or(""))
+            } else {
+                (first, s.get(j..)?.trim_start().get(first.len() + 1..).unwrap_or(""))
+            };
+            (level, rest)
+        }
+    };
     if !matches!(level, "INFO" | "WARN" | "TRACE" | "ABORT") {
         return None;
     }
-    let msg = after.get(sp + 1..).unwrap_or("");
-    Some(NcclLine { host: s.get(start..c1)?, pid, tid, dev, level, msg })
+    Some(NcclLine { host: s.get(start..host_end)?, pid, tid, dev, level, msg })
 }
 
 fn digits(b: &[u8]) -> Option<(u32, usize)> {
@@ -266,6 +295,14 @@ mod tests {
         assert!(split("2026-11-30 08:58:51,398 INFO [rank0] train: step 4 loss 1.45").is_none());
         assert!(split("NCCL version 2.28.9+cuda13.0").is_none());
         assert!(split("a:b:c").is_none());
+        // Newer NCCL's own time, then the host alone; NCCL 2.2-2.3's bare level after the file.
+        let l = split("[2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN socketProgressOpt: Call to send to 10.44.137.149<52905> failed : Connection reset by peer").unwrap();
+        assert_eq!((l.host, l.pid, l.dev, l.level), ("gpu-server320", 0, "5", "WARN"));
+        let l = split("gpu-bql-144-103:18553:18611 [0] include/socket.h:360 WARN Call to connect failed : Connection timed out").unwrap();
+        assert_eq!((l.level, l.msg), ("WARN", "Call to connect failed : Connection timed out"));
+        let l = split("gpu-bql-144-103:18553:18611 [0] INFO transport/net_socket.cu:118 -> 2").unwrap();
+        assert_eq!((l.level, l.msg), ("INFO", "transport/net_socket.cu:118 -> 2"));
+        assert!(split("trainer [0] WARN slow step").is_none(), "a bare level needs NCCL's full identity");
     }
 
     #[test]

@@ -120,12 +120,23 @@ fn wrapper(s: &[u8], at_start: bool) -> Option<usize> {
     if let Some(used) = ctime_before_tag(s) {
         return Some(used);
     }
-    // RFC 3339 with a zone: `2025-04-06T07:55:21.108632509Z `.
+    // RFC 3339 with a zone: `2025-04-06T07:55:21.108632509Z ` (a colon after it too:
+    // `2019-06-02T16:13:44.884Z: [1,12]<stdout>:`).
     if s.len() > 21 && s[4] == b'-' && s[7] == b'-' && s[10] == b'T' && s[..4].iter().all(u8::is_ascii_digit) {
         let sp = s.iter().take(40).position(|b| *b == b' ')?;
-        let stamp = &s[..sp];
+        let stamp = s[..sp].strip_suffix(b":").unwrap_or(&s[..sp]);
         if stamp.ends_with(b"Z") || stamp[19..].contains(&b'+') {
             return Some(sp + 1);
+        }
+    }
+    // A log console's columns (CloudWatch, exported): `  | 2024-11-28T07:42:14.532Z | text`.
+    let cols = s.iter().take_while(|b| **b == b' ').count();
+    if let Some(r) = s[cols..].strip_prefix(b"| ") {
+        if let Some(end) = memchr::memmem::find(&r[..r.len().min(48)], b" | ") {
+            let stamp = &r[..end];
+            if stamp.len() >= 19 && stamp[4] == b'-' && stamp[10] == b'T' && stamp[..4].iter().all(u8::is_ascii_digit) {
+                return Some(cols + 2 + end + 3);
+            }
         }
     }
     // Determined: `<info>    [2021-12-07 10:43:05] 087c0ee7 || `.
@@ -422,6 +433,10 @@ mod tests {
         assert_eq!(split_rank_prefix(line).rest(line), b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x");
         let line = b"2025-04-06T07:55:21.108632509Z INFO 04-06 00:55:21 [llm_engine.py:447] x";
         assert_eq!(split_rank_prefix(line).rest(line), b"INFO 04-06 00:55:21 [llm_engine.py:447] x");
+        let line = b"2019-06-02T16:13:44.884Z: [1,12]<stdout>:host:815:864 [0] NCCL WARN x";
+        assert_eq!(split_rank_prefix(line).global_rank, Some(12));
+        let line = b"  | 2024-11-28T07:42:14.532Z | algo-1:17774:17862 [1] misc/socket.cc:717 NCCL WARN x";
+        assert_eq!(split_rank_prefix(line).rest(line), b"algo-1:17774:17862 [1] misc/socket.cc:717 NCCL WARN x");
         let line = b"> [] [rank=0] RuntimeError: CUDA out of memory.";
         let p = split_rank_prefix(line);
         assert_eq!((p.global_rank, p.rest(line)), (Some(0), &b"RuntimeError: CUDA out of memory."[..]));
